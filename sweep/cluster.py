@@ -1,0 +1,69 @@
+"""Ray: start an embedded local cluster or join an existing one; check trials against node capacity."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+# Environment of every trial process: quiet TensorFlow logs on each worker.
+TRIAL_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    address: str
+    cpus: float
+    gpus: float
+
+
+@dataclass(frozen=True)
+class Cluster:
+    embedded: bool
+    nodes: list[Node]
+    dashboard_url: str | None
+
+    @property
+    def total_gpus(self) -> float:
+        return sum(n.gpus for n in self.nodes)
+
+
+def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1") -> Cluster:
+    """Join `address` (or RAY_ADDRESS), else start a local Ray with `num_gpus` (fake where emulated)."""
+    import ray
+
+    runtime_env: dict[str, Any] = {"env_vars": TRIAL_ENV}
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        context = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.ERROR)
+    else:
+        # address="local" always starts a new cluster, never a stale one from /tmp/ray.
+        context = ray.init(address="local", num_gpus=num_gpus, include_dashboard=True,
+                           dashboard_host=dashboard_host, runtime_env=runtime_env, log_to_driver=False,
+                           logging_level=logging.ERROR)
+    url = context.dashboard_url
+    return Cluster(embedded=not address, nodes=alive_nodes(), dashboard_url=f"http://{url}" if url else None)
+
+
+def alive_nodes() -> list[Node]:
+    import ray
+
+    return [Node(n["NodeID"], n["NodeManagerAddress"], n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0))
+            for n in ray.nodes() if n["Alive"]]
+
+
+def stop(cluster: Cluster) -> None:
+    import ray
+
+    ray.shutdown()
+
+
+def infeasible(requests: dict[str, tuple[int, int]], nodes: list[Node]) -> dict[str, str]:
+    """Trials whose (CPUs, GPUs) bundle fits no single node, with the reason."""
+    out = {}
+    for trial, (cpus, gpus) in requests.items():
+        if not any(n.cpus >= cpus and n.gpus >= gpus for n in nodes):
+            biggest = max(((n.gpus, n.cpus) for n in nodes), default=(0, 0))
+            out[trial] = f"needs {gpus} GPUs and {cpus} CPUs on one node; the largest node has {biggest[0]:g} GPUs, {biggest[1]:g} CPUs"
+    return out

@@ -1,0 +1,290 @@
+"""Sweep files: load, validate once, expand into trials.
+
+A sweep file (YAML) holds:
+  name, description, seed_ref    what it is and which seed experiment it reproduces
+  fixed: {key: value}            settings shared by every trial
+  grid: {key: [values]}          axes; the trials are their cartesian product
+  include: [{key: value|[values]}]  extra trials (controls); axes an entry leaves out take every grid value
+  scales: {smoke: {...}, full: {...}}  per-scale overrides of fixed / grid / include
+  target_acc: float              accuracy target for time-to-accuracy reports
+The top level is the full scale; `scales.<scale>` replaces the keys it names. Any TrialConfig field can
+be fixed or an axis. Without `lr`, a trial's lr comes from the linear scaling rule
+(base_lr x global_batch / base_batch).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from trainables import zoo
+from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, TrialConfig, field_names, trial_id
+
+SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SCALES = ("smoke", "full")
+TOP_KEYS = {"name", "description", "seed_ref", "fixed", "grid", "include", "scales", "target_acc"}
+SECTION_KEYS = {"fixed", "grid", "include"}
+
+
+class SpecError(Exception):
+    """A sweep file that cannot be run; the message is the one line the user sees."""
+
+
+# --- value checks: each returns None when the value is fine, else what was expected -------------
+
+def _int(lo: int, allow_none: bool = False) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        if v is None and allow_none:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            return f"an integer >= {lo}" + (" or null" if allow_none else "")
+        return None
+    return check
+
+
+def _number(lo: float, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+        if not ok:
+            left = "(" if lo_open else "["
+            right = ")" if hi_open else "]"
+            return f"a number in {left}{lo}, {hi}{right}"
+        return None
+    return check
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if v in options else "one of " + ", ".join(options)
+    return check
+
+
+def _model(v: Any) -> str | None:
+    return None if isinstance(v, str) and zoo.is_model(v) else "a model: " + zoo.model_names_help()
+
+
+def _epoch_list(v: Any) -> str | None:
+    if isinstance(v, list) and all(isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in v):
+        return None
+    return "a list of epoch numbers >= 1"
+
+
+CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "framework": _choice(FRAMEWORKS),
+    "model": _model,
+    "num_gpus": _int(1),
+    "batch_per_gpu": _int(1),
+    "epochs": _int(1),
+    "lr": _number(0, lo_open=True),
+    "base_lr": _number(0, lo_open=True),
+    "base_batch": _int(1),
+    "warmup_epochs": _int(0),
+    "lr_decay_epochs": _epoch_list,
+    "lr_decay_factor": _number(0, 1, lo_open=True),
+    "momentum": _number(0, 1, hi_open=True),
+    "weight_decay": _number(0),
+    "data": _choice(DATA_KINDS),
+    "image_size": _int(8, allow_none=True),
+    "steps_per_epoch": _int(1, allow_none=True),
+    "val_examples": _int(1, allow_none=True),
+    "warmup_steps": _int(0),
+    "seed": _int(0),
+    "cpus_per_trial": _int(1),
+    "kvstore": _choice(KVSTORES),
+}
+# Set by the engine, never by a sweep file.
+DERIVED = {"lr_rule", "data_dir"}
+assert set(CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
+REQUIRED = ("framework", "model", "num_gpus", "batch_per_gpu", "epochs")
+
+
+@dataclass(frozen=True)
+class Trial:
+    trial_id: str
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    description: str
+    seed_ref: str | None
+    path: Path
+    text: str  # the file as read: stored with each run, hashed to detect edits before a resume
+    raw: dict[str, Any]
+    target_acc: float | None
+
+    def trials(self, scale: str) -> list[Trial]:
+        return expand(self, scale)
+
+
+def sweep_path(name_or_path: str) -> Path:
+    """A sweep name from search_spaces/, or a path to a YAML file anywhere."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        return Path(name_or_path)
+    path = SPEC_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(p.stem for p in sorted(SPEC_DIR.glob("*.yaml")))
+        raise SpecError(f"unknown sweep '{name_or_path}' (known: {known}; or give a path to a .yaml file)")
+    return path
+
+
+def list_sweeps() -> list[Sweep]:
+    return [load(str(p)) for p in sorted(SPEC_DIR.glob("*.yaml"))]
+
+
+def load(name_or_path: str) -> Sweep:
+    """Read and validate a sweep file; every problem is a SpecError naming the file and the field."""
+    path = sweep_path(name_or_path)
+    where = str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{where}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise SpecError(f"{where}: cannot read: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{where}: malformed YAML{at}: {problem}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where}: expected a mapping of sweep settings at the top level")
+    _check_top(where, raw)
+    sweep = Sweep(
+        name=raw.get("name") or path.stem,
+        description=raw["description"],
+        seed_ref=raw.get("seed_ref"),
+        path=path.resolve(),
+        text=text,
+        raw=raw,
+        target_acc=raw.get("target_acc"),
+    )
+    for scale in SCALES:  # expand both scales now, so a bad override fails at load, not at run
+        expand(sweep, scale)
+    return sweep
+
+
+def _check_top(where: str, raw: dict[str, Any]) -> None:
+    unknown = sorted(set(map(str, raw)) - TOP_KEYS)
+    if unknown:
+        raise SpecError(f"{where}: unknown key '{unknown[0]}' (expected one of {', '.join(sorted(TOP_KEYS))})")
+    if not isinstance(raw.get("description"), str) or not raw["description"].strip():
+        raise SpecError(f"{where}: description: expected a one-line text saying what the sweep reproduces")
+    for key in ("name", "seed_ref"):
+        if key in raw and not isinstance(raw[key], str):
+            raise SpecError(f"{where}: {key}: expected a text")
+    if "target_acc" in raw and _number(0, 1, lo_open=True)(raw["target_acc"]):
+        raise SpecError(f"{where}: target_acc: expected a number in (0, 1]")
+    _check_section(where, "", raw)
+    scales = raw.get("scales", {})
+    if not isinstance(scales, dict):
+        raise SpecError(f"{where}: scales: expected a mapping with keys smoke, full")
+    for scale, section in scales.items():
+        if scale not in SCALES:
+            raise SpecError(f"{where}: scales: unknown scale '{scale}' (expected smoke or full)")
+        if not isinstance(section, dict):
+            raise SpecError(f"{where}: scales.{scale}: expected a mapping with keys fixed, grid, include")
+        bad = sorted(set(map(str, section)) - SECTION_KEYS)
+        if bad:
+            raise SpecError(f"{where}: scales.{scale}: unknown key '{bad[0]}' (expected fixed, grid, include)")
+        _check_section(where, f"scales.{scale}.", section)
+
+
+def _check_value(where: str, field: str, key: str, value: Any) -> None:
+    if key not in CHECKS:
+        hint = " (set by the engine)" if key in DERIVED else ""
+        raise SpecError(f"{where}: {field}: unknown setting '{key}'{hint} (expected one of {', '.join(sorted(CHECKS))})")
+    expected = CHECKS[key](value)
+    if expected:
+        raise SpecError(f"{where}: {field}: expected {expected}, got {value!r}")
+
+
+def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
+    fixed = section.get("fixed", {})
+    if not isinstance(fixed, dict):
+        raise SpecError(f"{where}: {prefix}fixed: expected a mapping of setting: value")
+    for key, value in fixed.items():
+        _check_value(where, f"{prefix}fixed.{key}", key, value)
+    grid = section.get("grid", {})
+    if not isinstance(grid, dict):
+        raise SpecError(f"{where}: {prefix}grid: expected a mapping of setting: [values]")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise SpecError(f"{where}: {prefix}grid.{key}: expected a non-empty list of values")
+        for i, value in enumerate(values):
+            _check_value(where, f"{prefix}grid.{key}[{i}]", key, value)
+    include = section.get("include", [])
+    if not isinstance(include, list):
+        raise SpecError(f"{where}: {prefix}include: expected a list of trial settings")
+    for i, entry in enumerate(include):
+        if not isinstance(entry, dict) or not entry:
+            raise SpecError(f"{where}: {prefix}include[{i}]: expected a mapping of setting: value or [values]")
+        for key, value in entry.items():
+            values = value if isinstance(value, list) and key != "lr_decay_epochs" else [value]
+            if not values:
+                raise SpecError(f"{where}: {prefix}include[{i}].{key}: expected a value or a non-empty list")
+            for v in values:
+                _check_value(where, f"{prefix}include[{i}].{key}", key, v)
+
+
+def _product(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    keys = list(axes)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
+
+
+def expand(sweep: Sweep, scale: str) -> list[Trial]:
+    """The trials of one scale, in grid order, each validated as a whole."""
+    raw = sweep.raw
+    override = raw.get("scales", {}).get(scale, {})
+    fixed = {**raw.get("fixed", {}), **override.get("fixed", {})}
+    grid = {**raw.get("grid", {}), **override.get("grid", {})}
+    include = override.get("include", raw.get("include", []))
+    where = f"{sweep.path}"
+
+    partials = _product(grid) if grid else []
+    for entry in include:
+        # An include entry is its own small grid; axes it leaves out take every grid value.
+        axes = {k: (v if isinstance(v, list) and k != "lr_decay_epochs" else [v]) for k, v in entry.items()}
+        axes.update({k: v for k, v in grid.items() if k not in entry})
+        partials.extend(_product(axes))
+    if not partials and fixed:
+        partials = [{}]
+    trials: dict[str, Trial] = {}
+    for point in partials:
+        config = _resolve(where, scale, {**fixed, **point})
+        tid = trial_id(config)
+        trials.setdefault(tid, Trial(tid, config))
+    if not trials:
+        raise SpecError(f"{where}: grid: expected at least one trial at scale '{scale}' (empty grid and no include)")
+    return list(trials.values())
+
+
+def _resolve(where: str, scale: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Fill defaults and derived values of one trial; check what only the whole trial can tell."""
+    missing = [k for k in REQUIRED if k not in values]
+    if missing:
+        raise SpecError(f"{where}: {missing[0]}: expected a value in fixed, grid or include (scale '{scale}')")
+    values = dict(values)
+    if "lr" in values:
+        values["lr_rule"] = "fixed"
+    else:
+        if "base_lr" not in values or "base_batch" not in values:
+            raise SpecError(f"{where}: lr: expected lr, or base_lr and base_batch for the linear scaling rule (scale '{scale}')")
+        values["lr_rule"] = "linear"
+        global_batch = values["batch_per_gpu"] * values["num_gpus"]
+        values["lr"] = round(values["base_lr"] * global_batch / values["base_batch"], 10)
+    if values.get("warmup_epochs", 0) >= values["epochs"] and values.get("warmup_epochs", 0) > 0:
+        raise SpecError(f"{where}: warmup_epochs: expected fewer than epochs ({values['epochs']}), got {values['warmup_epochs']}")
+    config = TrialConfig.from_dict(values).to_dict()
+    config.pop("data_dir")
+    return config

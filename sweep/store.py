@@ -1,0 +1,204 @@
+"""The results store: Parquet written by the engine, atomically, one row per (run, trial, epoch).
+
+Layout of a run, under --results:
+  NAME/RUN_ID/run.json          what ran: sweep, scale, spec hash, command line, trial ids, engine
+  NAME/RUN_ID/sweep.yaml        the sweep file as it was when the run started
+  NAME/RUN_ID/epochs/TRIAL.parquet  that trial's epoch rows (rewritten whole, epoch replaces epoch)
+  NAME/RUN_ID/trials/TRIAL.parquet  that trial's summary row
+Every file is written to a hidden temporary name and renamed into place, so neither a reader nor a
+kill ever sees half a file; readers (and pyarrow datasets) skip hidden names.
+
+  pandas.read_parquet("results/NAME/RUN_ID/epochs")   # every epoch row of a run
+  pandas.read_parquet("results/NAME/RUN_ID/trials")   # one summary row per trial
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trainables.config import field_names
+
+KEY = ("run_id", "trial_id", "epoch")
+CONFIG_COLUMNS: dict[str, pa.DataType] = {
+    "framework": pa.string(), "model": pa.string(), "num_gpus": pa.int64(), "batch_per_gpu": pa.int64(),
+    "global_batch": pa.int64(), "epochs": pa.int64(), "lr": pa.float64(), "lr_rule": pa.string(),
+    "base_lr": pa.float64(), "base_batch": pa.int64(), "warmup_epochs": pa.int64(),
+    "lr_decay_epochs": pa.list_(pa.int64()), "lr_decay_factor": pa.float64(), "momentum": pa.float64(),
+    "weight_decay": pa.float64(), "data": pa.string(), "image_size": pa.int64(),
+    "steps_per_epoch": pa.int64(), "val_examples": pa.int64(), "warmup_steps": pa.int64(), "seed": pa.int64(),
+    "cpus_per_trial": pa.int64(), "kvstore": pa.string(),
+}
+assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()) - {"data_dir"}
+ENV_COLUMNS: dict[str, pa.DataType] = {
+    "hostname": pa.string(), "device_kind": pa.string(), "gpu_model": pa.string(), "gpu_count": pa.int64(),
+    "gpu_driver": pa.string(), "cuda_version": pa.string(), "cpu_model": pa.string(), "cpu_count": pa.int64(),
+    "framework_version": pa.string(), "python_version": pa.string(), "numpy_version": pa.string(),
+    "os": pa.string(), "ray_version": pa.string(), "engine_version": pa.string(), "git_commit": pa.string(),
+}
+EPOCH_SCHEMA = pa.schema({
+    "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "epoch": pa.int64(),
+    "status": pa.string(), "scale": pa.string(),
+    **CONFIG_COLUMNS,
+    "data_kind": pa.string(), "lr_applied": pa.float64(), "steps": pa.int64(),
+    "epoch_time_s": pa.float64(), "images_per_sec": pa.float64(),
+    "steady_images_per_sec": pa.float64(), "steady_images_per_sec_stderr": pa.float64(),
+    "steady_jitter": pa.float64(), "steady_steps": pa.int64(),
+    "train_loss": pa.float64(), "train_acc": pa.float64(), "val_acc": pa.float64(),
+    "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
+    "param_count": pa.int64(), "threads": pa.int64(), "ray_gpu_ids": pa.string(), "pid": pa.int64(),
+    "attempt": pa.int64(), "reported_at": pa.float64(),
+    **ENV_COLUMNS,
+})
+TRIAL_SCHEMA = pa.schema({
+    "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "status": pa.string(),
+    "scale": pa.string(),
+    **CONFIG_COLUMNS,
+    "data_kind": pa.string(), "error_type": pa.string(), "error": pa.string(),
+    "started_at": pa.float64(), "ended_at": pa.float64(), "wall_time_s": pa.float64(),
+    "attempts": pa.int64(), "gpu_hours": pa.float64(), "epochs_done": pa.int64(),
+    "best_val_acc": pa.float64(), "final_val_acc": pa.float64(), "final_train_acc": pa.float64(),
+    "steady_images_per_sec": pa.float64(), "mean_epoch_time_s": pa.float64(),
+    "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
+    **ENV_COLUMNS,
+})
+STATUSES = ("completed", "failed", "diverged", "oom", "infeasible", "stopped_early")
+
+
+class StoreError(Exception):
+    """A file in the store that cannot be read; the message names it."""
+
+
+def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_write_table(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+    table = pa.Table.from_pylist(rows, schema=schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    _atomic_write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def _read_table(path: Path, schema: pa.Schema) -> pa.Table:
+    try:
+        return pq.read_table(path, schema=schema)
+    except (pa.ArrowException, OSError) as e:
+        raise StoreError(f"{path}: not a readable Parquet file of this store ({str(e).splitlines()[0]})") from None
+
+
+def _read_dir(folder: Path, schema: pa.Schema) -> pd.DataFrame:
+    files = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_"))) if folder.is_dir() else []
+    if not files:
+        return schema.empty_table().to_pandas()
+    return pa.concat_tables([_read_table(p, schema) for p in files]).to_pandas()
+
+
+class RunStore:
+    """One run's folder. The driver is its only writer."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir
+        self.epochs_dir = run_dir / "epochs"
+        self.trials_dir = run_dir / "trials"
+        self._epoch_rows: dict[str, dict[int, dict[str, Any]]] = {}
+
+    @classmethod
+    def create(cls, results: Path, sweep: str, run_id: str, meta: dict[str, Any], spec_text: str) -> RunStore:
+        store = cls(results / sweep / run_id)
+        store.epochs_dir.mkdir(parents=True)
+        store.trials_dir.mkdir()
+        _atomic_write_bytes(store.dir / "sweep.yaml", spec_text.encode())
+        store.write_meta(meta)
+        return store
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return json.loads((self.dir / "run.json").read_text())
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        _atomic_write_bytes(self.dir / "run.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+
+    def write_epoch(self, row: dict[str, Any]) -> None:
+        """Add or replace one epoch row; the trial's file is rewritten whole, atomically."""
+        trial = row["trial_id"]
+        rows = self._trial_rows(trial)
+        rows[int(row["epoch"])] = row
+        _atomic_write_table(self.epochs_dir / f"{trial}.parquet", [rows[e] for e in sorted(rows)], EPOCH_SCHEMA)
+
+    def finish_trial(self, summary: dict[str, Any]) -> None:
+        """Write the summary row, and stamp the trial's final status on its epoch rows."""
+        trial = summary["trial_id"]
+        rows = self._trial_rows(trial)
+        if rows:
+            for row in rows.values():
+                row["status"] = summary["status"]
+            _atomic_write_table(self.epochs_dir / f"{trial}.parquet", [rows[e] for e in sorted(rows)], EPOCH_SCHEMA)
+        _atomic_write_table(self.trials_dir / f"{trial}.parquet", [summary], TRIAL_SCHEMA)
+
+    def trial_epochs(self, trial: str) -> list[dict[str, Any]]:
+        rows = self._trial_rows(trial)
+        return [rows[e] for e in sorted(rows)]
+
+    def _trial_rows(self, trial: str) -> dict[int, dict[str, Any]]:
+        if trial not in self._epoch_rows:
+            path = self.epochs_dir / f"{trial}.parquet"
+            rows = _read_table(path, EPOCH_SCHEMA).to_pylist() if path.exists() else []
+            self._epoch_rows[trial] = {int(r["epoch"]): r for r in rows}
+        return self._epoch_rows[trial]
+
+    def epochs(self) -> pd.DataFrame:
+        return _read_dir(self.epochs_dir, EPOCH_SCHEMA)
+
+    def trials(self) -> pd.DataFrame:
+        return _read_dir(self.trials_dir, TRIAL_SCHEMA)
+
+
+def summarize(trial_id: str, config: dict[str, Any], epochs: list[dict[str, Any]], status: str,
+              base: dict[str, Any]) -> dict[str, Any]:
+    """The trial's summary row, computed from its epoch rows (the store's, not Tune's)."""
+    row: dict[str, Any] = {**base, **config, "trial_id": trial_id, "status": status,
+                           "global_batch": config["batch_per_gpu"] * config["num_gpus"]}
+    if not epochs:
+        return row
+    last = epochs[-1]
+    row.update({k: last.get(k) for k in ENV_COLUMNS if last.get(k) is not None})
+    row["data_kind"] = last.get("data_kind")
+    accs = [e["val_acc"] for e in epochs if e.get("val_acc") is not None]
+    timed = [(e["steady_images_per_sec"], e["steady_steps"]) for e in epochs if e.get("steady_images_per_sec")]
+    steps = sum(n for _, n in timed)
+    peaks = [e["peak_device_mem_mib"] for e in epochs if e.get("peak_device_mem_mib")]
+    row.update({
+        "epochs_done": len(epochs),
+        "best_val_acc": max(accs) if accs else None,
+        "final_val_acc": last.get("val_acc"),
+        "final_train_acc": last.get("train_acc"),
+        # The mean of per-step rates over every timed step = the step-weighted mean of epoch means.
+        "steady_images_per_sec": sum(m * n for m, n in timed) / steps if steps else None,
+        "mean_epoch_time_s": sum(e["epoch_time_s"] for e in epochs) / len(epochs),
+        "peak_device_mem_mib": [max(col) for col in zip(*peaks)] if peaks else None,
+        "peak_host_rss_mib": max(e["peak_host_rss_mib"] or 0 for e in epochs),
+    })
+    return row
+
+
+def run_dirs(results: Path, sweep: str) -> list[Path]:
+    """A sweep's runs, oldest first (run ids sort by start time)."""
+    folder = results / sweep
+    return sorted(p for p in folder.iterdir() if (p / "run.json").exists()) if folder.is_dir() else []

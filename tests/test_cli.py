@@ -1,0 +1,45 @@
+"""The CLI's read-only commands and its one-line errors."""
+from __future__ import annotations
+
+from conftest import run_cli
+
+from sweep import spec
+
+
+def test_list_prints_every_sweep_with_its_description() -> None:
+    out = run_cli("list", timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    sweeps = spec.list_sweeps()
+    assert len(lines) == len(sweeps) >= 1
+    for sweep in sweeps:
+        assert any(line.startswith(sweep.name) and sweep.description in line for line in lines)
+
+
+def test_show_prints_count_and_each_trial() -> None:
+    out = run_cli("show", "resnet50_lr_scaling", "--scale", "smoke", timeout=60)
+    assert out.returncode == 0, out.stderr
+    trials = spec.load("resnet50_lr_scaling").trials("smoke")
+    assert f"scale smoke: {len(trials)} trials" in out.stdout
+    for t in trials:
+        row = next(line for line in out.stdout.splitlines() if t.trial_id in line)
+        cfg = t.config
+        for value in (cfg["framework"], cfg["model"], str(cfg["num_gpus"]), str(cfg["batch_per_gpu"]), f"{cfg['lr']:g}"):
+            assert value in row.split(), (value, row)
+
+
+def test_unknown_sweep_is_one_line_and_exit_2() -> None:
+    for args in (["no_such_sweep"], ["run", "no_such_sweep"], ["show", "no_such_sweep"]):
+        out = run_cli(*args, timeout=60)
+        assert out.returncode == 2
+        assert out.stdout == ""
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert "no_such_sweep" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_option_is_one_line_and_exit_2() -> None:
+    for args in (["resnet50_lr_scaling", "--scale", "huge"], ["resnet50_lr_scaling", "--emulate-gpus", "0"],
+                 ["resnet50_lr_scaling", "--no-such-flag"]):
+        out = run_cli(*args, timeout=60)
+        assert out.returncode == 2, out
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr

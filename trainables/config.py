@@ -1,0 +1,71 @@
+"""One trial's configuration: the contract between the sweep spec and both frameworks' trainables.
+
+Every key a sweep file may set (in `fixed`, as a `grid` axis or in an `include` entry) is a field here.
+The spec loader validates values once; trainables build a TrialConfig from the plain dict Tune hands
+them and trust it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+FRAMEWORKS = ("mxnet", "tensorflow")
+DATA_KINDS = ("cifar10", "synthetic")
+KVSTORES = ("device", "local")
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    framework: str
+    model: str
+    num_gpus: int
+    batch_per_gpu: int
+    epochs: int
+    lr: float  # the peak lr after the scaling rule; the schedule derives each epoch's lr from it
+    lr_rule: str = "fixed"  # "linear": lr = base_lr x global_batch / base_batch (Goyal et al. 2017)
+    base_lr: float | None = None
+    base_batch: int | None = None
+    warmup_epochs: int = 0  # gradual warm-up: lr ramps linearly up to `lr` over these epochs
+    lr_decay_epochs: tuple[int, ...] = ()
+    lr_decay_factor: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    data: str = "cifar10"
+    image_size: int | None = None  # None: the model's own input size
+    steps_per_epoch: int | None = None  # None: one full pass over the training set
+    val_examples: int | None = None  # None: the full test split
+    warmup_steps: int = 10  # steps excluded from steady-state throughput at the start of a trial
+    seed: int = 0
+    cpus_per_trial: int = 1
+    kvstore: str = "device"  # MXNet only; TensorFlow uses MirroredStrategy's all-reduce
+    data_dir: str | None = field(default=None, compare=False)  # set by the engine, not the spec
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_per_gpu * self.num_gpus
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrialConfig:
+        values = dict(values)
+        if values.get("lr_decay_epochs") is not None:
+            values["lr_decay_epochs"] = tuple(values["lr_decay_epochs"])
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["lr_decay_epochs"] = list(self.lr_decay_epochs)
+        return out
+
+
+def field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(TrialConfig)]
+
+
+def trial_id(config: dict[str, Any]) -> str:
+    """A stable id: the same trial config has the same id in every run and on every machine."""
+    identity = {k: v for k, v in config.items() if k != "data_dir"}
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(blob.encode()).hexdigest()[:10]

@@ -1,0 +1,68 @@
+"""What a trial ran on, captured in the trial's own process (its node, its devices)."""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_smi() -> tuple[str | None, str | None, str | None]:
+    """(GPU model, driver version, CUDA version the driver supports) of the visible GPUs."""
+    if not shutil.which("nvidia-smi"):
+        return None, None, None
+    try:
+        names = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+        header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None, None
+    if not names:
+        return None, None, None
+    model, driver = (p.strip() for p in names[0].split(",", 1))
+    cuda = header.split("CUDA Version:", 1)[1].split()[0] if "CUDA Version:" in header else None
+    return model, driver, cuda
+
+
+def capture(device_kind: str, gpu_count: int) -> dict[str, object]:
+    gpu_model = driver = cuda = None
+    if device_kind == "gpu":
+        gpu_model, driver, cuda = _nvidia_smi()
+    return {
+        "hostname": platform.node(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu_model": gpu_model,
+        "gpu_count": gpu_count if device_kind == "gpu" else 0,
+        "gpu_driver": driver,
+        "cuda_version": cuda,
+        "python_version": platform.python_version(),
+        "numpy_version": np.__version__,
+        "os": f"{platform.system()} {platform.release()}",
+        "python_executable": sys.executable,
+    }
+
+
+def real_gpu_count() -> int:
+    """GPUs the NVIDIA driver sees on this node (0 where there is no driver)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))

@@ -1,0 +1,165 @@
+"""The trainable contract and the one training loop both frameworks run under.
+
+A trial is `train(config)`, a Ray Tune function trainable: config["trial"] is a TrialConfig dict,
+config["runtime"] what the engine adds (data folder or None, emulation). The devices are the ones Ray
+assigned (`ray.get_gpu_ids()`), or as many CPU devices when GPUs are emulated. A framework supplies
+a Backend (see `Backend` below); timing, lr schedule, divergence, checkpoints and reporting live here,
+once, so the two frameworks are measured by the same code.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from trainables import data, environment, zoo
+from trainables.config import TrialConfig
+from trainables.measure import StepTimer, host_peak_rss_mib, throughput
+
+
+@dataclass(frozen=True)
+class Devices:
+    kind: str  # "gpu" or "cpu-emulated"
+    count: int
+    ray_gpu_ids: tuple[str, ...]  # what Ray assigned; fake ids when emulated
+
+
+class Backend(Protocol):
+    """What a framework folder provides (trainables/<framework>/backend.py: class Backend)."""
+
+    framework_version: str
+    layout: str  # "NCHW" or "NHWC": the layout put() expects
+
+    def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None: ...
+    def param_count(self) -> int: ...
+    def put(self, x: np.ndarray, y: np.ndarray) -> Any: ...  # host batch (NHWC float32) -> devices
+    def synthetic(self) -> Any: ...  # one random batch made on the devices, reused every step
+    def train_step(self, batch: Any, lr: float) -> tuple[float, int]: ...  # (loss sum, correct), synchronised
+    def eval_step(self, batch: Any) -> int: ...  # correct predictions, synchronised
+    def device_peak_mib(self) -> list[float] | None: ...  # one per device; None when emulated
+    def save(self, path: str) -> None: ...
+    def load(self, path: str) -> None: ...
+
+
+def lr_at(cfg: TrialConfig, epoch: int) -> float:
+    """Gradual warm-up (linear over warmup_epochs), then step decay at lr_decay_epochs."""
+    if epoch < cfg.warmup_epochs:
+        return cfg.lr * (epoch + 1) / (cfg.warmup_epochs + 1)
+    drops = sum(1 for e in cfg.lr_decay_epochs if epoch >= e)
+    return cfg.lr * cfg.lr_decay_factor ** drops
+
+
+def assigned_devices(num_gpus: int, emulated: bool) -> Devices:
+    import ray
+
+    ids = tuple(str(i) for i in ray.get_gpu_ids())
+    if len(ids) != num_gpus:
+        raise RuntimeError(f"Ray assigned {len(ids)} GPUs ({','.join(ids)}), the trial asked for {num_gpus}")
+    if emulated:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # fake GPU ids must never reach a real device
+        return Devices("cpu-emulated", num_gpus, ids)
+    return Devices("gpu", num_gpus, ids)
+
+
+def load_backend(cfg: TrialConfig, devices: Devices, image_size: int) -> Backend:
+    module = importlib.import_module(f"trainables.{cfg.framework}.backend")
+    return module.Backend(cfg, devices, image_size)
+
+
+def train(config: dict[str, Any]) -> None:
+    """Ray Tune function trainable: one trial, one report (and checkpoint) per epoch."""
+    from ray import tune
+
+    cfg = TrialConfig.from_dict(config["trial"])
+    runtime = config["runtime"]
+    # The driver decides for an embedded Ray; on a joined cluster each node tells for itself.
+    emulated = runtime["emulated"] if runtime["emulated"] is not None else environment.real_gpu_count() == 0
+    devices = assigned_devices(cfg.num_gpus, emulated)
+    image_size = cfg.image_size or zoo.default_image_size(cfg.model)
+    # data_dir is None when the run fell back to synthetic data (no CIFAR-10 at the smoke scale).
+    synthetic = cfg.data == "synthetic" or runtime["data_dir"] is None
+    cifar = None if synthetic else data.load_cifar10(runtime["data_dir"])
+    backend = load_backend(cfg, devices, image_size)
+
+    start_epoch = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as path:
+            backend.load(path)
+            with open(os.path.join(path, "epoch")) as f:
+                start_epoch = int(f.read()) + 1
+
+    train_size = data.CIFAR10_TRAIN_SIZE if cifar is None else len(cifar.train_x)
+    steps = data.steps_per_epoch(train_size, cfg.global_batch, cfg.steps_per_epoch)
+    timer = StepTimer(cfg.warmup_steps)
+    fixed = {
+        "device_kind": devices.kind,
+        "ray_gpu_ids": ",".join(devices.ray_gpu_ids),
+        "data_kind": "synthetic" if synthetic else "real",
+        "image_size": image_size,
+        "param_count": backend.param_count(),
+        "framework_version": backend.framework_version,
+        "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0),
+        "pid": os.getpid(),
+        **environment.capture(devices.kind, devices.count),
+    }
+    for epoch in range(start_epoch, cfg.epochs):
+        lr = lr_at(cfg, epoch)
+        loss_sum, correct, seen = 0.0, 0, 0
+        timer.start_epoch()
+        t0 = time.perf_counter()
+        batches = (iter(lambda: backend.synthetic(), None) if synthetic else
+                   data.prefetch(data.train_batches(cifar.train_x, cifar.train_y, cfg.global_batch, steps, cfg.seed, epoch, backend.layout)))
+        timer.start()
+        for step, batch in zip(range(steps), batches):
+            if not synthetic:
+                batch = backend.put(*batch)
+            step_loss, step_correct = backend.train_step(batch, lr)
+            timer.stop()
+            timer.start()
+            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + cfg.global_batch
+            if not math.isfinite(step_loss):
+                break
+        epoch_time = time.perf_counter() - t0
+        diverged = not math.isfinite(loss_sum)
+
+        val_acc = None
+        if not synthetic and not diverged:
+            hits = sum(backend.eval_step(backend.put(x, y)) for x, y in
+                       data.eval_batches(cifar.test_x, cifar.test_y, cfg.global_batch, cfg.val_examples, backend.layout))
+            val_acc = hits / min(len(cifar.test_x), cfg.val_examples or len(cifar.test_x))
+
+        steady = throughput(timer.epoch_times(), cfg.global_batch)
+        metrics = {
+            **fixed,
+            "epoch": epoch,
+            "lr_applied": lr,
+            "steps": steps,
+            "epoch_time_s": epoch_time,
+            "images_per_sec": seen / epoch_time,
+            "steady_images_per_sec": steady.mean,
+            "steady_images_per_sec_stderr": steady.stderr,
+            "steady_jitter": steady.jitter,
+            "steady_steps": steady.steps,
+            "train_loss": loss_sum / seen if seen else None,
+            "train_acc": None if synthetic else correct / seen,
+            "val_acc": val_acc,
+            "peak_device_mem_mib": backend.device_peak_mib(),
+            "peak_host_rss_mib": host_peak_rss_mib(),
+            "diverged": diverged,
+        }
+        if diverged:
+            metrics["train_loss"] = None if math.isnan(loss_sum) else loss_sum
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as path:
+            backend.save(path)
+            with open(os.path.join(path, "epoch"), "w") as f:
+                f.write(str(epoch))
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path))

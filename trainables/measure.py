@@ -1,0 +1,97 @@
+"""Trackers shared by both frameworks: step-time throughput and peak memory.
+
+Throughput follows tf_cnn_benchmarks: the first `warmup` steps of a process are thrown away, then
+images/s is the mean of per-step rates, with its standard error (std/sqrt(n)) and jitter
+(1.4826 x median absolute deviation). Callers synchronise the device before a step ends.
+"""
+from __future__ import annotations
+
+import resource
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Throughput:
+    mean: float | None  # images/s
+    stderr: float | None
+    jitter: float | None
+    steps: int  # timed steps behind the figures
+
+
+def throughput(step_times: list[float], images_per_step: int) -> Throughput:
+    rates = [images_per_step / t for t in step_times if t > 0]
+    if not rates:
+        return Throughput(None, None, None, 0)
+    mean = statistics.fmean(rates)
+    if len(rates) < 2:
+        return Throughput(mean, None, None, 1)
+    stderr = statistics.stdev(rates) / len(rates) ** 0.5
+    median = statistics.median(rates)
+    jitter = 1.4826 * statistics.median(abs(r - median) for r in rates)
+    return Throughput(mean, stderr, jitter, len(rates))
+
+
+class StepTimer:
+    """Times steps; the first `warmup` steps this timer sees are never counted."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.seen = 0
+        self.timed: list[float] = []  # post-warm-up step times of the whole trial
+        self._epoch_start = 0
+        self._t0 = 0.0
+
+    def start_epoch(self) -> None:
+        self._epoch_start = len(self.timed)
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        elapsed = time.perf_counter() - self._t0
+        self.seen += 1
+        if self.seen > self.warmup:
+            self.timed.append(elapsed)
+        return elapsed
+
+    def epoch_times(self) -> list[float]:
+        return self.timed[self._epoch_start:]
+
+
+def host_peak_rss_mib() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class NvmlPeakMemory:
+    """Polls NVML for each visible GPU's used memory and keeps the peak, in MiB.
+
+    For frameworks whose allocator keeps no peak (MXNet). Counts the whole device, like the
+    seeds' nvidia-smi readings; the baseline at start is subtracted, as seed 002 does by hand.
+    """
+
+    def __init__(self, gpu_indices: list[int], interval_s: float = 0.05) -> None:
+        import pynvml  # only on real GPUs, from the `gpu` extra
+
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in gpu_indices]
+        self._baseline = [self._used(h) for h in self._handles]
+        self._peak = list(self._baseline)
+        self._interval = interval_s
+        self._stop = threading.Event()
+        threading.Thread(target=self._poll, daemon=True).start()
+
+    def _used(self, handle: object) -> float:
+        return self._nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self._interval):
+            for i, h in enumerate(self._handles):
+                self._peak[i] = max(self._peak[i], self._used(h))
+
+    def peak_mib(self) -> list[float]:
+        return [p - b for p, b in zip(self._peak, self._baseline)]

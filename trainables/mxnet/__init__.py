@@ -1,0 +1,6 @@
+"""MXNet Gluon trainables: one context per device, split_and_load, a kvstore."""
+import numpy as _np
+
+# mxnet 1.9.1 still uses np.bool, removed in numpy 1.24; alias it before mxnet is imported.
+if not hasattr(_np, "bool"):
+    _np.bool = bool

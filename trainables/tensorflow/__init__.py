@@ -1,0 +1,1 @@
+"""TensorFlow trainables: tf.distribute.MirroredStrategy over the trial's devices."""

@@ -1,0 +1,42 @@
+"""The model zoo's names and shapes, known without importing a framework.
+
+Both framework folders build every model listed here, layer for layer the same, so one name means
+one architecture (and one parameter count) whichever framework trains it.
+"""
+from __future__ import annotations
+
+import re
+
+# name -> default input side (pixels). CIFAR ResNets are written resnet<depth>_cifar, depth = 6n+2.
+FIXED_MODELS: dict[str, int] = {
+    "resnet50_v1": 224,   # ImageNet-style ResNet-50 v1 (seeds 000, 004)
+    "inception_v3": 299,  # seeds 000 (CIFAR-10 resized to 299x299), 004
+    "cifar10_conv": 32,   # Neon's examples/cifar10_conv.py convnet (seed 002)
+    "alexnet": 224,       # seed 003
+}
+CIFAR_RESNET = re.compile(r"^resnet(\d+)_cifar$")
+
+NUM_CLASSES = 10
+
+
+def cifar_resnet_units(name: str) -> int | None:
+    """Residual units per stage of resnet<depth>_cifar (depth = 6n+2), None if not such a name."""
+    match = CIFAR_RESNET.match(name)
+    if not match:
+        return None
+    depth = int(match.group(1))
+    if depth < 8 or (depth - 2) % 6:
+        return None
+    return (depth - 2) // 6
+
+
+def is_model(name: str) -> bool:
+    return name in FIXED_MODELS or cifar_resnet_units(name) is not None
+
+
+def default_image_size(name: str) -> int:
+    return FIXED_MODELS.get(name, 32)
+
+
+def model_names_help() -> str:
+    return ", ".join(sorted(FIXED_MODELS)) + ", resnet<6n+2>_cifar (resnet20_cifar, resnet110_cifar, ...)"
