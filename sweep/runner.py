@@ -86,6 +86,8 @@ class StoreCallback(tune.Callback):
         epochs = self.store.trial_epochs(tid)
         if status == "completed" and epochs and epochs[-1].get("diverged"):
             status = "diverged"
+        elif status == "completed" and len(epochs) < config["epochs"]:
+            status = "stopped_early"  # only a scheduler (ASHA) ends a healthy trial before its last epoch
         now = time.time()
         started = self.started.get(tid, now)
         summary = results.summarize(tid, config, epochs, status, self.base)
@@ -131,6 +133,7 @@ def run(plan: RunPlan, base: dict[str, Any], print_line: Callable[[str], None] =
         tune.with_resources(train, trial_resources),
         param_space={"trial": tune.grid_search([t.config for t in plan.trials]), "runtime": runtime},
         tune_config=tune.TuneConfig(max_concurrent_trials=plan.max_concurrent, reuse_actors=False,
+                                    scheduler=_scheduler(plan),
                                     trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_id(t.config['trial'])}",
                                     trial_dirname_creator=lambda t: trial_id(t.config["trial"])),
         run_config=tune.RunConfig(
@@ -140,6 +143,16 @@ def run(plan: RunPlan, base: dict[str, Any], print_line: Callable[[str], None] =
     )
     tuner.fit()
     return dict(callback.finished)
+
+
+def _scheduler(plan: RunPlan) -> Any:
+    """ASHA on val_acc where the sweep asks for early stopping; Tune's FIFO otherwise."""
+    if not plan.sweep.early_stopping or plan.data_dir is None:
+        return None
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="training_iteration", metric="val_acc", mode="max",
+                         max_t=max(t.config["epochs"] for t in plan.trials), **plan.sweep.early_stopping)
 
 
 def _meta(plan: RunPlan, base: dict[str, Any]) -> dict[str, Any]:

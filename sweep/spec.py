@@ -7,6 +7,7 @@ A sweep file (YAML) holds:
   include: [{key: value|[values]}]  extra trials (controls); axes an entry leaves out take every grid value
   scales: {smoke: {...}, full: {...}}  per-scale overrides of fixed / grid / include
   target_acc: float              accuracy target for time-to-accuracy reports
+  early_stopping: {grace_period, reduction_factor}  Ray Tune's ASHA on val_acc (off by default)
 The top level is the full scale; `scales.<scale>` replaces the keys it names. Any TrialConfig field can
 be fixed or an axis. Without `lr`, a trial's lr comes from the linear scaling rule
 (base_lr x global_batch / base_batch).
@@ -26,7 +27,8 @@ from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, TrialConfig, fie
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 SCALES = ("smoke", "full")
-TOP_KEYS = {"name", "description", "seed_ref", "fixed", "grid", "include", "scales", "target_acc"}
+TOP_KEYS = {"name", "description", "seed_ref", "fixed", "grid", "include", "scales", "target_acc", "early_stopping"}
+EARLY_STOPPING_KEYS = {"grace_period": 1, "reduction_factor": 2}  # key -> smallest value
 SECTION_KEYS = {"fixed", "grid", "include"}
 
 
@@ -118,6 +120,7 @@ class Sweep:
     text: str  # the file as read: stored with each run, hashed to detect edits before a resume
     raw: dict[str, Any]
     target_acc: float | None
+    early_stopping: dict[str, int] | None  # ASHA's grace_period and reduction_factor
 
     def trials(self, scale: str) -> list[Trial]:
         return expand(self, scale)
@@ -168,6 +171,8 @@ def load(name_or_path: str) -> Sweep:
         text=text,
         raw=raw,
         target_acc=raw.get("target_acc"),
+        early_stopping=({"grace_period": 1, "reduction_factor": 3, **raw["early_stopping"]}
+                        if raw.get("early_stopping") else None),
     )
     for scale in SCALES:  # expand both scales now, so a bad override fails at load, not at run
         expand(sweep, scale)
@@ -185,6 +190,16 @@ def _check_top(where: str, raw: dict[str, Any]) -> None:
             raise SpecError(f"{where}: {key}: expected a text")
     if "target_acc" in raw and _number(0, 1, lo_open=True)(raw["target_acc"]):
         raise SpecError(f"{where}: target_acc: expected a number in (0, 1]")
+    early = raw.get("early_stopping")
+    if early is not None:
+        if not isinstance(early, dict):
+            raise SpecError(f"{where}: early_stopping: expected a mapping with grace_period, reduction_factor")
+        for key, value in early.items():
+            if key not in EARLY_STOPPING_KEYS:
+                raise SpecError(f"{where}: early_stopping: unknown key '{key}' (expected grace_period, reduction_factor)")
+            expected = _int(EARLY_STOPPING_KEYS[key])(value)
+            if expected:
+                raise SpecError(f"{where}: early_stopping.{key}: expected {expected}, got {value!r}")
     _check_section(where, "", raw)
     scales = raw.get("scales", {})
     if not isinstance(scales, dict):

@@ -48,7 +48,7 @@ EPOCH_SCHEMA = pa.schema({
     "status": pa.string(), "scale": pa.string(),
     **CONFIG_COLUMNS,
     "data_kind": pa.string(), "lr_applied": pa.float64(), "steps": pa.int64(),
-    "epoch_time_s": pa.float64(), "images_per_sec": pa.float64(),
+    "epoch_time_s": pa.float64(), "val_time_s": pa.float64(), "images_per_sec": pa.float64(),
     "steady_images_per_sec": pa.float64(), "steady_images_per_sec_stderr": pa.float64(),
     "steady_jitter": pa.float64(), "steady_steps": pa.int64(),
     "train_loss": pa.float64(), "train_acc": pa.float64(), "val_acc": pa.float64(),

@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -72,6 +72,9 @@ def load_backend(cfg: TrialConfig, devices: Devices, image_size: int) -> Backend
     return module.Backend(cfg, devices, image_size)
 
 
+Report = Callable[[dict[str, Any], "str | None"], None]  # (metrics, checkpoint folder or None)
+
+
 def train(config: dict[str, Any]) -> None:
     """Ray Tune function trainable: one trial, one report (and checkpoint) per epoch."""
     from ray import tune
@@ -81,19 +84,34 @@ def train(config: dict[str, Any]) -> None:
     # The driver decides for an embedded Ray; on a joined cluster each node tells for itself.
     emulated = runtime["emulated"] if runtime["emulated"] is not None else environment.real_gpu_count() == 0
     devices = assigned_devices(cfg.num_gpus, emulated)
-    image_size = cfg.image_size or zoo.default_image_size(cfg.model)
-    # data_dir is None when the run fell back to synthetic data (no CIFAR-10 at the smoke scale).
-    synthetic = cfg.data == "synthetic" or runtime["data_dir"] is None
-    cifar = None if synthetic else data.load_cifar10(runtime["data_dir"])
-    backend = load_backend(cfg, devices, image_size)
 
-    start_epoch = 0
+    def report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
+        # tune.report persists the checkpoint folder before it returns, so it may be temporary.
+        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
+
     checkpoint = tune.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as path:
-            backend.load(path)
-            with open(os.path.join(path, "epoch")) as f:
-                start_epoch = int(f.read()) + 1
+            run_trial(cfg, devices, runtime["data_dir"], report, restore_dir=path)
+    else:
+        run_trial(cfg, devices, runtime["data_dir"], report)
+
+
+def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: Report,
+              restore_dir: str | None = None, backend: Backend | None = None) -> None:
+    """The training loop of one trial, without Ray: the engine and the raw benchmark both run this.
+
+    data_dir is None when the run fell back to synthetic data (no CIFAR-10 at the smoke scale).
+    """
+    image_size = cfg.image_size or zoo.default_image_size(cfg.model)
+    synthetic = cfg.data == "synthetic" or data_dir is None
+    cifar = None if synthetic else data.load_cifar10(data_dir)
+    backend = backend or load_backend(cfg, devices, image_size)
+    start_epoch = 0
+    if restore_dir:
+        backend.load(restore_dir)
+        with open(os.path.join(restore_dir, "epoch")) as f:
+            start_epoch = int(f.read()) + 1
 
     train_size = data.CIFAR10_TRAIN_SIZE if cifar is None else len(cifar.train_x)
     steps = data.steps_per_epoch(train_size, cfg.global_batch, cfg.steps_per_epoch)
@@ -129,7 +147,7 @@ def train(config: dict[str, Any]) -> None:
         epoch_time = time.perf_counter() - t0
         diverged = not math.isfinite(loss_sum)
 
-        val_acc = None
+        val_acc, t1 = None, time.perf_counter()
         if not synthetic and not diverged:
             hits = sum(backend.eval_step(backend.put(x, y)) for x, y in
                        data.eval_batches(cifar.test_x, cifar.test_y, cfg.global_batch, cfg.val_examples, backend.layout))
@@ -141,7 +159,8 @@ def train(config: dict[str, Any]) -> None:
             "epoch": epoch,
             "lr_applied": lr,
             "steps": steps,
-            "epoch_time_s": epoch_time,
+            "epoch_time_s": epoch_time,  # training only; validation is timed apart, as MXNet's fit does
+            "val_time_s": time.perf_counter() - t1,
             "images_per_sec": seen / epoch_time,
             "steady_images_per_sec": steady.mean,
             "steady_images_per_sec_stderr": steady.stderr,
@@ -154,12 +173,11 @@ def train(config: dict[str, Any]) -> None:
             "peak_host_rss_mib": host_peak_rss_mib(),
             "diverged": diverged,
         }
-        if diverged:
-            metrics["train_loss"] = None if math.isnan(loss_sum) else loss_sum
-            tune.report(metrics)
+        if diverged:  # the rows so far stand; no checkpoint of a broken model
+            report(metrics, None)
             return
         with tempfile.TemporaryDirectory() as path:
             backend.save(path)
             with open(os.path.join(path, "epoch"), "w") as f:
                 f.write(str(epoch))
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(path))
+            report(metrics, path)

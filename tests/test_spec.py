@@ -1,0 +1,163 @@
+"""Sweep files: each seed's sweep expands to the seed's grid; bad files fail once, in one line."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from sweep import spec
+from sweep.spec import SpecError
+
+
+def axis(trials: list[spec.Trial], key: str) -> set:
+    return {t.config[key] for t in trials}
+
+
+def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
+    names = {s.name for s in spec.list_sweeps()}
+    assert {"resnet50_lr_scaling", "keras_mxnet_vs_tf_resnet50", "keras_mxnet_vs_tf_inception_v3",
+            "cifar10_conv_mgpu", "tf_cnn_benchmarks"} <= names
+    for sweep in spec.list_sweeps():
+        assert sweep.seed_ref and (Path(__file__).parents[2] / "shared" / "seeds" / sweep.seed_ref).name == sweep.seed_ref
+        assert sweep.description.startswith("Seed ")
+        for scale in spec.SCALES:
+            trials = sweep.trials(scale)
+            assert trials and len({t.trial_id for t in trials}) == len(trials)
+            assert axis(trials, "framework") == {"mxnet", "tensorflow"}  # both frameworks, at both scales
+
+
+def test_keras_resnet50_matches_seed_000() -> None:
+    trials = spec.load("keras_mxnet_vs_tf_resnet50").trials("full")
+    assert len(trials) == 2 * 5 * 2
+    assert axis(trials, "num_gpus") == {1, 2, 4, 8, 16}
+    assert axis(trials, "batch_per_gpu") == {32} and axis(trials, "seed") == {1337}
+    assert axis(trials, "epochs") == {10, 100} and axis(trials, "model") == {"resnet50_v1"}
+
+
+def test_keras_inception_matches_seed_000() -> None:
+    trials = spec.load("keras_mxnet_vs_tf_inception_v3").trials("full")
+    assert len(trials) == 2 * 5 * 2
+    assert axis(trials, "image_size") == {299} and axis(trials, "epochs") == {5, 25}
+    assert axis(trials, "num_gpus") == {1, 2, 4, 8, 16} and axis(trials, "batch_per_gpu") == {32}
+
+
+def test_lr_scaling_matches_seed_001() -> None:
+    trials = spec.load("resnet50_lr_scaling").trials("full")
+    grid = [t for t in trials if t.config["lr_rule"] == "linear"]
+    assert len(grid) == 2 * 4 * 4 * 2  # framework x GPUs x batch/GPU x warm-up variant
+    assert axis(grid, "num_gpus") == {1, 2, 4, 8} and axis(grid, "batch_per_gpu") == {64, 128, 256, 512}
+    assert axis(grid, "warmup_epochs") == {0, 2} and axis(trials, "epochs") == {12}
+    for t in grid:  # the linear scaling rule from 0.05 at a global batch of 128
+        assert t.config["lr"] == pytest.approx(0.05 * t.config["batch_per_gpu"] * t.config["num_gpus"] / 128)
+    fixed = {(t.config["framework"], t.config["num_gpus"], t.config["batch_per_gpu"], t.config["lr"])
+             for t in trials if t.config["lr_rule"] == "fixed"}
+    for control in [(1, 512, 0.4), (8, 512, 3.2), (4, 128, 0.2), (8, 64, 0.05), (2, 256, 0.1)]:  # the seed's rows
+        assert ("mxnet", *control) in fixed and ("tensorflow", *control) in fixed
+    assert axis(trials, "model") == {"resnet50_cifar"}
+
+
+def test_cifar10_conv_matches_seed_002() -> None:
+    trials = spec.load("cifar10_conv_mgpu").trials("full")
+    assert Counter((t.config["num_gpus"], t.config["batch_per_gpu"]) for t in trials) == {(1, 128): 2, (2, 64): 2, (3, 43): 2}
+    assert axis(trials, "epochs") == {10} and axis(trials, "model") == {"cifar10_conv"}
+
+
+def test_tf_cnn_benchmarks_matches_seed_004() -> None:
+    trials = spec.load("tf_cnn_benchmarks").trials("full")
+    assert len(trials) == 2 * 2 * 2 * 2 * 4
+    assert axis(trials, "model") == {"resnet50_v1", "inception_v3"} and axis(trials, "data") == {"synthetic", "cifar10"}
+    assert axis(trials, "batch_per_gpu") == {32, 64} and axis(trials, "num_gpus") == {1, 2, 4, 8}
+    assert axis(trials, "warmup_steps") == {10} and axis(trials, "steps_per_epoch") == {110}
+
+
+def test_smoke_keeps_every_axis_of_the_full_grid() -> None:
+    for sweep in spec.list_sweeps():
+        full, smoke = sweep.trials("full"), sweep.trials("smoke")
+        for key in ("framework", "num_gpus", "batch_per_gpu", "lr", "model", "data"):
+            if len(axis(full, key)) > 1:
+                assert len(axis(smoke, key)) > 1, (sweep.name, key)
+
+
+def test_trial_ids_are_stable_hashes_of_the_config() -> None:
+    a = spec.load("resnet50_lr_scaling").trials("smoke")
+    b = spec.load("resnet50_lr_scaling").trials("smoke")
+    assert [t.trial_id for t in a] == [t.trial_id for t in b]
+    from trainables.config import trial_id
+    # A hash of the config alone: the same on every machine, in every run, in key order or not.
+    assert trial_id({"framework": "mxnet", "num_gpus": 2, "lr": 0.1}) == "d83fed3832"
+    assert trial_id({"lr": 0.1, "num_gpus": 2, "framework": "mxnet"}) == "d83fed3832"
+    assert trial_id(dict(a[0].config, seed=99)) != a[0].trial_id
+
+
+GOOD = """\
+description: "test"
+fixed: {model: resnet8_cifar, epochs: 1, lr: 0.1}
+grid: {framework: [mxnet], num_gpus: [1], batch_per_gpu: [8]}
+"""
+
+BAD_SPECS = [
+    ("unknown top key", GOOD + "colour: blue\n", "unknown key 'colour'"),
+    ("unknown setting", GOOD.replace("lr: 0.1", "lr: 0.1, lr_scheme: cosine"), "fixed.lr_scheme: unknown setting 'lr_scheme'"),
+    ("lr <= 0", GOOD.replace("lr: 0.1", "lr: 0"), "fixed.lr: expected a number in (0"),
+    ("lr wrong type", GOOD.replace("lr: 0.1", "lr: fast"), "fixed.lr: expected a number"),
+    ("batch < 1", GOOD.replace("batch_per_gpu: [8]", "batch_per_gpu: [8, 0]"), "grid.batch_per_gpu[1]: expected an integer >= 1, got 0"),
+    ("gpus < 1", GOOD.replace("num_gpus: [1]", "num_gpus: [-2]"), "grid.num_gpus[0]: expected an integer >= 1"),
+    ("gpus as text", GOOD.replace("num_gpus: [1]", "num_gpus: ['2']"), "grid.num_gpus[0]: expected an integer >= 1, got '2'"),
+    ("epochs < 1", GOOD.replace("epochs: 1", "epochs: 0"), "fixed.epochs: expected an integer >= 1"),
+    ("unknown framework", GOOD.replace("[mxnet]", "[torch]"), "grid.framework[0]: expected one of mxnet, tensorflow"),
+    ("unknown model", GOOD.replace("resnet8_cifar", "resnet7_cifar"), "fixed.model: expected a model"),
+    ("empty grid axis", GOOD.replace("batch_per_gpu: [8]", "batch_per_gpu: []"), "grid.batch_per_gpu: expected a non-empty list"),
+    ("empty grid", 'description: "x"\ngrid: {}\n', "expected at least one trial"),
+    ("malformed yaml", GOOD + "grid: [unclosed\n", "malformed YAML at line"),
+    ("not a mapping", "- a\n- b\n", "expected a mapping of sweep settings"),
+    ("no description", GOOD.replace('description: "test"\n', ""), "description: expected"),
+    ("missing required", GOOD.replace("epochs: 1, ", ""), "epochs: expected a value in fixed, grid or include"),
+    ("no lr rule", GOOD.replace("lr: 0.1", "seed: 1"), "lr: expected lr, or base_lr and base_batch"),
+    ("bad scale", GOOD + "scales: {tiny: {}}\n", "scales: unknown scale 'tiny'"),
+    ("bad scale override", GOOD + "scales: {smoke: {fixed: {epochs: -1}}}\n", "scales.smoke.fixed.epochs: expected an integer >= 1"),
+    ("bad early stopping", GOOD + "early_stopping: {grace_period: 0}\n", "early_stopping.grace_period: expected an integer >= 1"),
+    ("warm-up too long", GOOD.replace("lr: 0.1", "lr: 0.1, warmup_epochs: 3"), "warmup_epochs: expected fewer than epochs"),
+    ("engine-only key", GOOD.replace("lr: 0.1", "lr: 0.1, data_dir: /x"), "unknown setting 'data_dir' (set by the engine)"),
+]
+
+
+@pytest.mark.parametrize("case,text,expected", BAD_SPECS, ids=[c[0] for c in BAD_SPECS])
+def test_bad_spec_fails_with_one_line(case: str, text: str, expected: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        spec.load(str(path))
+    assert str(path) in str(err.value) and expected in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_good_spec_loads(tmp_path: Path) -> None:
+    path = tmp_path / "good.yaml"
+    path.write_text(GOOD)
+    assert len(spec.load(str(path)).trials("full")) == 1
+
+
+@pytest.mark.parametrize("case", ["malformed yaml", "unknown model", "lr <= 0"])
+def test_bad_spec_through_the_cli_writes_nothing(case: str, tmp_path: Path) -> None:
+    text = next(t for c, t, _ in BAD_SPECS if c == case)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    results = tmp_path / "results"
+    out = run_cli(str(path), "--results", str(results), timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and str(path) in out.stderr
+    assert "Traceback" not in out.stderr and not results.exists()
+
+
+def test_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    with pytest.raises(SpecError, match=r"latin.yaml: not UTF-8"):
+        spec.load(str(latin))
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    with pytest.raises(SpecError, match=r"folder.yaml: cannot read"):
+        spec.load(str(folder))
+    with pytest.raises(SpecError, match=r"missing.yaml: no such file"):
+        spec.load(str(tmp_path / "missing.yaml"))

@@ -1,0 +1,135 @@
+"""Honesty of the measuring instrument: learning, determinism, warm-up, checkpoints, throughput."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from cifar_files import write_cifar10
+from conftest import ROOT
+
+from trainables.config import TrialConfig
+from trainables.loop import Devices, run_trial
+
+FRAMEWORKS = ("mxnet", "tensorflow")
+
+
+@pytest.fixture(scope="module")
+def cifar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_cifar10(tmp_path_factory.mktemp("cifar"), train_per_file=400, test=500)
+
+
+def run_local(config: dict[str, Any], *args: str) -> list[dict[str, Any]]:
+    """One trial's loop in its own process (frameworks never share one), without Ray."""
+    out = subprocess.run([sys.executable, "-m", "trainables.local", json.dumps(config), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_learns_real_cifar_format_data_well_above_chance(framework: str, cifar: Path) -> None:
+    rows = run_local({"framework": framework, "model": "resnet8_cifar", "num_gpus": 2, "batch_per_gpu": 32,
+                      "epochs": 3, "lr": 0.05, "lr_decay_epochs": [2]}, "--data-dir", str(cifar))
+    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    assert rows[-1]["data_kind"] == "real" and rows[-1]["device_kind"] == "cpu-emulated"
+    assert rows[-1]["val_acc"] > 0.8, [r["val_acc"] for r in rows]
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    assert [r["lr_applied"] for r in rows] == pytest.approx([0.05, 0.05, 0.005])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_same_seed_same_first_epoch_and_restart_continues(framework: str, cifar: Path, tmp_path: Path) -> None:
+    config = {"framework": framework, "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 32,
+              "epochs": 2, "steps_per_epoch": 6, "val_examples": 128, "lr": 0.05}
+    full = run_local(config, "--data-dir", str(cifar))
+    # Same trial again, stopped after its first epoch, then restarted from that checkpoint.
+    first = run_local({**config, "epochs": 1}, "--data-dir", str(cifar), "--checkpoint-dir", str(tmp_path / "ckpt"))
+    resumed = run_local(config, "--data-dir", str(cifar), "--restore", str(tmp_path / "ckpt"))
+    assert first[0]["train_loss"] == pytest.approx(full[0]["train_loss"], rel=1e-3)
+    assert [r["epoch"] for r in resumed] == [1]  # continues at the next epoch, not from scratch
+    assert resumed[0]["train_loss"] == pytest.approx(full[1]["train_loss"], rel=1e-2)
+    assert resumed[0]["val_acc"] == pytest.approx(full[1]["val_acc"], abs=0.02)
+
+
+def test_synthetic_and_real_throughput_within_ten_percent(cifar: Path) -> None:
+    """The input pipeline (augmentation on a thread, host-to-device copy) is not the bottleneck."""
+    config = {"framework": "mxnet", "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 64,
+              "epochs": 1, "steps_per_epoch": 30, "warmup_steps": 5, "lr": 0.05}
+    real = run_local(config, "--data-dir", str(cifar))[0]
+    synthetic = run_local({**config, "data": "synthetic"})[0]
+    assert real["data_kind"] == "real" and synthetic["data_kind"] == "synthetic"
+    assert synthetic["val_acc"] is None and synthetic["train_acc"] is None
+    ratio = real["steady_images_per_sec"] / synthetic["steady_images_per_sec"]
+    assert ratio > 0.9, ratio
+
+
+class SlowStartBackend:
+    """A framework-free backend whose first steps are slow, as a first step's graph compile is."""
+
+    layout = "NHWC"
+    framework_version = "fake 0"
+
+    def __init__(self, slow_steps: int, slow_s: float, fast_s: float) -> None:
+        self.slow_steps, self.slow_s, self.fast_s, self.steps = slow_steps, slow_s, fast_s, 0
+
+    def param_count(self) -> int:
+        return 1
+
+    def put(self, x: np.ndarray, y: np.ndarray) -> Any:
+        return x, y
+
+    def synthetic(self) -> Any:
+        return None, None
+
+    def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
+        import time
+
+        self.steps += 1
+        time.sleep(self.slow_s if self.steps <= self.slow_steps else self.fast_s)
+        return 1.0, 0
+
+    def eval_step(self, batch: Any) -> int:
+        return 0
+
+    def device_peak_mib(self) -> None:
+        return None
+
+    def save(self, path: str) -> None:
+        pass
+
+    def load(self, path: str) -> None:
+        pass
+
+
+def test_warmup_steps_are_not_counted_in_steady_throughput() -> None:
+    cfg = TrialConfig(framework="mxnet", model="resnet8_cifar", num_gpus=1, batch_per_gpu=10, epochs=2,
+                      lr=0.1, data="synthetic", steps_per_epoch=8, warmup_steps=3)
+    rows: list[dict[str, Any]] = []
+    run_trial(cfg, Devices("cpu-emulated", 1, ("0",)), None, lambda m, c: rows.append(m),
+              backend=SlowStartBackend(slow_steps=3, slow_s=0.2, fast_s=0.01))
+    first, second = rows
+    assert first["steady_steps"] == 5 and second["steady_steps"] == 8  # warm-up only at the trial's start
+    assert first["steady_images_per_sec"] == pytest.approx(10 / 0.01, rel=0.3)  # slow steps left out
+    assert first["images_per_sec"] < 0.5 * first["steady_images_per_sec"]  # the epoch figure includes them
+    assert first["steady_images_per_sec_stderr"] is not None and first["steady_jitter"] is not None
+
+
+def test_nan_loss_ends_the_trial_as_diverged() -> None:
+    class Diverging(SlowStartBackend):
+        def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
+            self.steps += 1
+            return (float("nan") if self.steps >= 5 else 1.0), 0
+
+    cfg = TrialConfig(framework="mxnet", model="resnet8_cifar", num_gpus=1, batch_per_gpu=10, epochs=3,
+                      lr=0.1, data="synthetic", steps_per_epoch=3, warmup_steps=0)
+    rows: list[dict[str, Any]] = []
+    checkpoints: list[str | None] = []
+    run_trial(cfg, Devices("cpu-emulated", 1, ("0",)), None, lambda m, c: (rows.append(m), checkpoints.append(c)),
+              backend=Diverging(0, 0, 0))
+    assert [r["diverged"] for r in rows] == [False, True]  # stops in epoch 2, never runs epoch 3
+    assert checkpoints[-1] is None  # a diverged model is not checkpointed
