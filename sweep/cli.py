@@ -1,4 +1,4 @@
-"""python -m sweep: list | show NAME | [run] NAME|PATH.yaml [options].
+"""python -m sweep: list | show NAME | [run] NAME|PATH.yaml [options] | status NAME | report NAME|RUN_DIR.
 
 Exit codes: 0 every trial completed; 1 some trials failed (their rows are written); 2 a usage, spec,
 data or feasibility error, reported in one line. The driver never imports MXNet or TensorFlow.
@@ -7,21 +7,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-from sweep import spec
+from sweep import launch, spec
+from sweep.launch import UsageError
 from sweep.spec import SpecError
 
-COMMANDS = ("list", "show", "run")
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-
-
-class UsageError(Exception):
-    """Bad input the user can fix; the message is the one line they see."""
+COMMANDS = ("list", "show", "run", "report", "status")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,12 +34,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scale", choices=spec.SCALES, help="default: full where GPUs exist, smoke where they are emulated")
     run.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else an embedded local Ray)")
     run.add_argument("--results", default="results", help="results root (default: results/)")
-    run.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR", "data"),
-                     help="folder holding cifar-10-batches-py/ or cifar-10-python.tar.gz (default: $SWEEP_DATA_DIR or data/)")
+    run.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR"),
+                     help="folder holding cifar-10-batches-py/ or cifar-10-python.tar.gz "
+                          "(default: $SWEEP_DATA_DIR, else data/; a resume keeps its run's)")
     run.add_argument("--emulate-gpus", type=int, metavar="N",
                      help="fake N GPUs in the embedded Ray, each trial training on as many CPU devices")
     run.add_argument("--max-concurrent", type=int, metavar="N", help="at most N trials at once")
     run.add_argument("--dashboard-host", default="127.0.0.1", help="where the embedded Ray's dashboard listens")
+    run.add_argument("--resume", nargs="?", const="latest", metavar="RUN_ID",
+                     help="continue the latest unfinished run of the sweep (or RUN_ID): ended trials are not run again")
+    run.add_argument("--retry-failed", action="store_true", help="with --resume: run failed and OOM trials again")
+    run.add_argument("--force", action="store_true", help="with --resume: resume although the sweep file changed")
+    status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run")
+    status.add_argument("sweep", help="sweep name or path to a .yaml file")
+    status.add_argument("--results", default="results", help="results root (default: results/)")
+    report = sub.add_parser("report", help="tables (Markdown, CSV) and plots of a run")
+    report.add_argument("target", help="a run folder, or a sweep name (its latest run under --results)")
+    report.add_argument("--out", help="output folder (default: RUN_DIR/report)")
+    report.add_argument("--against", metavar="RUN_B", help="compare with this run: every number as B/A")
+    report.add_argument("--target-acc", type=float, metavar="X", help="accuracy target (default: the sweep file's)")
+    report.add_argument("--results", default="results", help="results root for a sweep name (default: results/)")
     return parser
 
 
@@ -98,81 +105,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(PROJECT_DIR), "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(PROJECT_DIR), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip() + ("-dirty" if dirty else "")) if out.returncode == 0 else None
-
-
-def run_base() -> dict[str, Any]:
-    """Columns every row of a run shares: the engine that wrote it."""
-    from importlib.metadata import version
-
-    import ray
-
-    return {"engine_version": version("sweep"), "git_commit": _git_commit(), "ray_version": ray.__version__}
-
-
-def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    from sweep import cluster as ray_cluster
-    from sweep import runner, store
-    from trainables import data, environment
-
-    sweep = spec.load(args.sweep)
-    address = args.address or os.environ.get("RAY_ADDRESS")
-    if address and args.emulate_gpus:
-        raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
-    real_gpus = 0 if address else environment.real_gpu_count()
-    emulated: bool | None = None if address else (bool(args.emulate_gpus) or real_gpus == 0)
-    scale = args.scale or ("smoke" if emulated else "full")
-    trials = sweep.trials(scale)
-    num_gpus = real_gpus
-    if emulated:
-        num_gpus = args.emulate_gpus or 2 * max(t.config["num_gpus"] for t in trials)
-        why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
-        print(f"{why}: emulating {num_gpus} GPUs in Ray, each trial on as many CPU devices "
-              f"(results are marked cpu-emulated: not a speed result); scale {scale}")
-
-    data_dir: str | None = str(Path(args.data_dir).resolve())
-    if any(t.config["data"] == "cifar10" for t in trials):
-        if data.has_cifar10(data_dir):
-            data.load_cifar10(data_dir)  # checked once here, so a bad file fails the run, not every trial
-        elif scale == "smoke":
-            print(f"no CIFAR-10 under {data_dir}: the smoke scale trains on synthetic data (accuracy columns null)")
-            data_dir = None
-        else:
-            raise UsageError(f"{data_dir}: no cifar-10-batches-py/ or cifar-10-python.tar.gz "
-                             "(give --data-dir, or --scale smoke to run on synthetic data)")
-
-    cluster = ray_cluster.start(address, num_gpus, args.dashboard_host)
-    try:
-        if cluster.dashboard_url:
-            print(f"Ray dashboard: {cluster.dashboard_url}")
-        requests = {t.trial_id: (t.config["cpus_per_trial"], t.config["num_gpus"]) for t in trials}
-        bad = ray_cluster.infeasible(requests, cluster.nodes)
-        if bad:
-            first = next(iter(bad))
-            raise UsageError(f"{len(bad)} of {len(trials)} trials fit no node of the cluster, e.g. {first}: {bad[first]}")
-        plan = runner.RunPlan(
-            sweep=sweep, scale=scale, trials=trials, results_root=Path(args.results).resolve(), data_dir=data_dir,
-            emulated=emulated, max_concurrent=args.max_concurrent,
-            command=shlex.join(["python", "-m", "sweep", *argv]), run_id=store.new_run_id())
-        print(f"sweep {sweep.name}: {len(trials)} trials at scale {scale}, run {plan.run_id}")
-        finished = runner.run(plan, {**run_base(), "sweep": sweep.name})
-    finally:
-        ray_cluster.stop(cluster)
-    failed = {tid: s for tid, s in finished.items() if s != "completed"}
-    missing = len(trials) - len(finished)
-    print(f"done: {len(finished) - len(failed)} completed, {len(failed)} not completed"
-          + (f", {missing} not run" if missing else "") + f"; results in {plan.results_root / sweep.name / plan.run_id}")
-    return 1 if failed or missing else 0
-
-
 def main(argv: list[str] | None = None) -> int:
     from trainables.data import DataError
     from sweep.store import StoreError
@@ -184,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "show":
             return cmd_show(args)
-        return cmd_run(args, argv)
+        if args.command == "status":
+            return launch.cmd_status(args)
+        if args.command == "report":
+            from sweep.report import cmd_report  # pandas and matplotlib load only for a report
+            return cmd_report(args)
+        return launch.cmd_run(args, argv)
     except (UsageError, SpecError, DataError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,37 +1,70 @@
-"""Run a sweep: trials -> Ray Tune (one STRICT_PACK bundle per trial) -> the Parquet store."""
+"""Run a sweep's pending trials: Ray Tune (one STRICT_PACK bundle per trial) -> the Parquet store.
+
+A run may take several sessions (a first one, then `--resume` after a kill or Ctrl-C). Each session
+is a fresh Tuner over the trials the store has no summary row for; Tune's own experiment state is
+not the record (it lags and is lost on SIGKILL), the store is. Each trial restarts from its newest
+complete checkpoint on disk (sweep/trial.py).
+"""
 from __future__ import annotations
 
 import os
-import sys
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 # Our own console lines replace Tune's tables; Tune's checkpoint-frequency warning is expected here
-# (a snapshot per epoch checkpoint keeps its state fresh for resume).
+# (a snapshot per epoch checkpoint). SIGINT is ours: Tune's handler could not tell us it fired.
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
 
 from ray import tune  # noqa: E402
 
-from sweep import cluster as ray_cluster
-from sweep import store as results
-from sweep.spec import Sweep, Trial
-from trainables.config import trial_id
+from sweep import store as results  # noqa: E402
+from sweep.spec import Sweep, Trial  # noqa: E402
+from trainables.config import trial_id  # noqa: E402
 
 
 @dataclass(frozen=True)
 class RunPlan:
     sweep: Sweep
     scale: str
-    trials: list[Trial]
-    results_root: Path
+    trials: list[Trial]  # the trials to run in this session
+    total: int  # trials in the whole run
+    store: results.RunStore
     data_dir: str | None  # None: no CIFAR-10, every trial runs on synthetic data
     emulated: bool | None  # None: each node decides (joined cluster)
     max_concurrent: int | None
-    command: str
-    run_id: str
+    session: int  # 1 for the first session of the run, 2 for its first resume, ...
+    row_base: dict[str, Any]  # columns every row of the run shares (sweep, run, scale, engine)
+
+
+class Interrupt(tune.Stopper):
+    """First SIGINT: stop the trials and return (their rows stand, resume continues them). Second: abort."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __enter__(self) -> Interrupt:
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, sig: int, frame: Any) -> None:
+        if self.fired:
+            raise KeyboardInterrupt
+        self.fired = True
+        print("interrupted: stopping the running trials (Ctrl-C again to abort at once)", flush=True)
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.fired
 
 
 def _error_of(trial: Any) -> tuple[str, str]:
@@ -47,59 +80,52 @@ def _failure_status(error_type: str, message: str) -> str:
     return "oom" if oom else "failed"
 
 
-class StoreCallback(tune.Callback):
-    """Writes each reported epoch and each trial's end to the store as Tune hands them over."""
+class SummaryCallback(tune.Callback):
+    """Prints progress and writes each trial's summary row when Tune says it ended."""
 
-    def __init__(self, store: results.RunStore, base: dict[str, Any], total: int,
-                 print_line: Callable[[str], None]) -> None:
-        self.store = store
-        self.base = base
-        self.total = total
+    def __init__(self, plan: RunPlan, interrupt: Interrupt, print_line: Callable[[str], None]) -> None:
+        self.plan = plan
+        self.interrupt = interrupt
         self.print = print_line
         self.started: dict[str, float] = {}
-        self.attempts: dict[str, int] = {}
         self.finished: dict[str, str] = {}
-
-    @staticmethod
-    def _id(trial: Any) -> str:
-        return trial_id(trial.config["trial"])
+        self.done_before = plan.total - len(plan.trials)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        tid = self._id(trial)
-        self.started.setdefault(tid, time.time())
-        self.attempts[tid] = self.attempts.get(tid, 0) + 1
+        self.started[trial_id(trial.config["trial"])] = time.time()
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        tid = self._id(trial)
         config = trial.config["trial"]
-        row = {**self.base, **config, **{k: result.get(k) for k in results.EPOCH_SCHEMA.names if k in result},
-               "trial_id": tid, "status": "running", "global_batch": config["batch_per_gpu"] * config["num_gpus"],
-               "attempt": self.attempts.get(tid, 1), "reported_at": time.time()}
-        self.store.write_epoch(row)
-        acc = f", val_acc {row['val_acc']:.3f}" if row.get("val_acc") is not None else ""
-        self.print(f"  {_label(config)}  epoch {row['epoch'] + 1}/{config['epochs']}: "
-                   f"{row['images_per_sec']:.0f} img/s, {row['epoch_time_s']:.1f} s{acc}")
+        acc = f", val_acc {result['val_acc']:.3f}" if result.get("val_acc") is not None else ""
+        self.print(f"  {_label(config)}  epoch {result['epoch'] + 1}/{config['epochs']}: "
+                   f"{result['images_per_sec']:.0f} img/s, {result['epoch_time_s']:.1f} s{acc}")
 
     def _finish(self, trial: Any, status: str, error: tuple[str, str] | None) -> None:
-        tid = self._id(trial)
+        tid = trial_id(trial.config["trial"])
         config = trial.config["trial"]
-        epochs = self.store.trial_epochs(tid)
-        if status == "completed" and epochs and epochs[-1].get("diverged"):
-            status = "diverged"
-        elif status == "completed" and len(epochs) < config["epochs"]:
-            status = "stopped_early"  # only a scheduler (ASHA) ends a healthy trial before its last epoch
+        epochs = self.plan.store.trial_epochs(tid)
+        if status == "completed":
+            if epochs and epochs[-1].get("status") == "diverged":
+                status = "diverged"
+            elif len(epochs) < config["epochs"]:
+                if self.interrupt.fired or not self.plan.sweep.early_stopping:
+                    return  # stopped by Ctrl-C: not finished, a resume continues it
+                status = "stopped_early"  # ASHA ended a healthy trial before its last epoch
         now = time.time()
         started = self.started.get(tid, now)
-        summary = results.summarize(tid, config, epochs, status, self.base)
-        summary.update({"started_at": started, "ended_at": now, "wall_time_s": now - started,
-                        "attempts": self.attempts.get(tid, 1),
-                        "gpu_hours": config["num_gpus"] * (now - started) / 3600.0})
+        attempt = self.plan.store.attempts(tid)
+        # GPU time reserved: this attempt's wall time, plus the epochs kept from earlier attempts.
+        earlier = sum((e["epoch_time_s"] or 0) + (e["val_time_s"] or 0) for e in epochs if (e["attempt"] or 0) < attempt)
+        wall = now - started + earlier
+        summary = results.summarize(tid, config, epochs, status, self.plan.row_base)
+        summary.update({"started_at": started, "ended_at": now, "wall_time_s": wall, "attempts": attempt,
+                        "gpu_hours": config["num_gpus"] * wall / 3600.0})
         if error:
             summary["error_type"], summary["error"] = error
-        self.store.finish_trial(summary)
+        self.plan.store.finish_trial(summary, epochs)
         self.finished[tid] = status
         why = f" ({error[0]}: {error[1]})" if error else ""
-        self.print(f"[{len(self.finished)}/{self.total}] {_label(config)}: {status}{why}")
+        self.print(f"[{self.done_before + len(self.finished)}/{self.plan.total}] {_label(config)}: {status}{why}")
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finish(trial, "completed", None)
@@ -121,30 +147,6 @@ def trial_resources(config: dict[str, Any]) -> tune.PlacementGroupFactory:
                                       strategy="STRICT_PACK")
 
 
-def run(plan: RunPlan, base: dict[str, Any], print_line: Callable[[str], None] = print) -> dict[str, str]:
-    """Run every trial of the plan on the connected Ray; returns trial id -> final status."""
-    from trainables.loop import train
-
-    store = results.RunStore.create(plan.results_root, plan.sweep.name, plan.run_id, _meta(plan, base), plan.sweep.text)
-    print_line(f"results: {store.dir}")
-    runtime = {"data_dir": plan.data_dir, "emulated": plan.emulated}
-    callback = StoreCallback(store, {**base, "run_id": plan.run_id, "scale": plan.scale}, len(plan.trials), print_line)
-    tuner = tune.Tuner(
-        tune.with_resources(train, trial_resources),
-        param_space={"trial": tune.grid_search([t.config for t in plan.trials]), "runtime": runtime},
-        tune_config=tune.TuneConfig(max_concurrent_trials=plan.max_concurrent, reuse_actors=False,
-                                    scheduler=_scheduler(plan),
-                                    trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_id(t.config['trial'])}",
-                                    trial_dirname_creator=lambda t: trial_id(t.config["trial"])),
-        run_config=tune.RunConfig(
-            name="tune", storage_path=str(store.dir), callbacks=[callback], verbose=0,
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-            failure_config=tune.FailureConfig(max_failures=0)),
-    )
-    tuner.fit()
-    return dict(callback.finished)
-
-
 def _scheduler(plan: RunPlan) -> Any:
     """ASHA on val_acc where the sweep asks for early stopping; Tune's FIFO otherwise."""
     if not plan.sweep.early_stopping or plan.data_dir is None:
@@ -155,18 +157,26 @@ def _scheduler(plan: RunPlan) -> Any:
                          max_t=max(t.config["epochs"] for t in plan.trials), **plan.sweep.early_stopping)
 
 
-def _meta(plan: RunPlan, base: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "sweep": plan.sweep.name, "run_id": plan.run_id, "scale": plan.scale, "command": plan.command,
-        "spec_path": str(plan.sweep.path), "spec_sha256": _sha256(plan.sweep.text),
-        "started_at": time.time(), "data_dir": plan.data_dir,
-        "emulated": plan.emulated, "trials": [t.trial_id for t in plan.trials],
-        "engine": {k: base.get(k) for k in ("engine_version", "git_commit", "ray_version")},
-        "python": sys.version.split()[0], "cwd": os.getcwd(),
-    }
+def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> tuple[dict[str, str], bool]:
+    """Run the plan's trials on the connected Ray: (trial id -> final status, interrupted)."""
+    from sweep.trial import train
 
-
-def _sha256(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
+    runtime = {"data_dir": plan.data_dir, "emulated": plan.emulated, "run_dir": str(plan.store.dir),
+               "row_base": plan.row_base}
+    with Interrupt() as interrupt:
+        callback = SummaryCallback(plan, interrupt, print_line)
+        tuner = tune.Tuner(
+            tune.with_resources(train, trial_resources),
+            param_space={"trial": tune.grid_search([t.config for t in plan.trials]), "runtime": runtime},
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=plan.max_concurrent, reuse_actors=False, scheduler=_scheduler(plan),
+                trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_id(t.config['trial'])}",
+                trial_dirname_creator=lambda t: trial_id(t.config["trial"])),
+            run_config=tune.RunConfig(
+                name=f"tune-{plan.session}", storage_path=str(plan.store.dir), callbacks=[callback], verbose=0,
+                stop=interrupt,  # a Stopper: stop_all() turns true on Ctrl-C
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                failure_config=tune.FailureConfig(max_failures=0)),
+        )
+        tuner.fit()
+    return dict(callback.finished), interrupt.fired

@@ -153,6 +153,12 @@ def load(name_or_path: str) -> Sweep:
         raise SpecError(f"{where}: not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise SpecError(f"{where}: cannot read: {e.strerror}") from None
+    return parse(text, path)
+
+
+def parse(text: str, path: Path) -> Sweep:
+    """Validate a sweep file's text; `path` names it in messages (and gives the default name)."""
+    where = str(path)
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -5,6 +5,9 @@ Layout of a run, under --results:
   NAME/RUN_ID/sweep.yaml        the sweep file as it was when the run started
   NAME/RUN_ID/epochs/TRIAL.parquet  that trial's epoch rows (rewritten whole, epoch replaces epoch)
   NAME/RUN_ID/trials/TRIAL.parquet  that trial's summary row
+  NAME/RUN_ID/starts/TRIAL/...  one empty file per start of the trial (its attempts)
+  NAME/RUN_ID/tune*/            Ray Tune's own folders (one per session of the run): checkpoints
+Epoch rows are written by the trials themselves, summary rows by the driver.
 Every file is written to a hidden temporary name and renamed into place, so neither a reader nor a
 kill ever sees half a file; readers (and pyarrow datasets) skip hidden names.
 
@@ -13,6 +16,7 @@ kill ever sees half a file; readers (and pyarrow datasets) skip hidden names.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -92,6 +96,10 @@ def _atomic_write_table(path: Path, rows: list[dict[str, Any]], schema: pa.Schem
     _atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
@@ -111,13 +119,14 @@ def _read_dir(folder: Path, schema: pa.Schema) -> pd.DataFrame:
 
 
 class RunStore:
-    """One run's folder. The driver is its only writer."""
+    """One run's folder. Each trial writes its own epoch file; the driver writes summaries."""
 
     def __init__(self, run_dir: Path) -> None:
         self.dir = run_dir
         self.epochs_dir = run_dir / "epochs"
         self.trials_dir = run_dir / "trials"
-        self._epoch_rows: dict[str, dict[int, dict[str, Any]]] = {}
+        self.starts_dir = run_dir / "starts"
+        self._epoch_rows: dict[str, dict[int, dict[str, Any]]] = {}  # the writing trial's own rows
 
     @classmethod
     def create(cls, results: Path, sweep: str, run_id: str, meta: dict[str, Any], spec_text: str) -> RunStore:
@@ -135,33 +144,40 @@ class RunStore:
     def write_meta(self, meta: dict[str, Any]) -> None:
         _atomic_write_bytes(self.dir / "run.json", json.dumps(meta, indent=1, sort_keys=True).encode())
 
+    def record_start(self, trial: str) -> None:
+        folder = self.starts_dir / trial
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{time.time_ns()}-{os.getpid()}").touch()
+
+    def attempts(self, trial: str) -> int:
+        folder = self.starts_dir / trial
+        return sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
+
     def write_epoch(self, row: dict[str, Any]) -> None:
         """Add or replace one epoch row; the trial's file is rewritten whole, atomically."""
         trial = row["trial_id"]
-        rows = self._trial_rows(trial)
+        if trial not in self._epoch_rows:  # rows of the trial's earlier attempts stay unless replayed
+            self._epoch_rows[trial] = {int(r["epoch"]): r for r in self.trial_epochs(trial)}
+        rows = self._epoch_rows[trial]
         rows[int(row["epoch"])] = row
         _atomic_write_table(self.epochs_dir / f"{trial}.parquet", [rows[e] for e in sorted(rows)], EPOCH_SCHEMA)
 
-    def finish_trial(self, summary: dict[str, Any]) -> None:
-        """Write the summary row, and stamp the trial's final status on its epoch rows."""
-        trial = summary["trial_id"]
-        rows = self._trial_rows(trial)
-        if rows:
-            for row in rows.values():
-                row["status"] = summary["status"]
-            _atomic_write_table(self.epochs_dir / f"{trial}.parquet", [rows[e] for e in sorted(rows)], EPOCH_SCHEMA)
-        _atomic_write_table(self.trials_dir / f"{trial}.parquet", [summary], TRIAL_SCHEMA)
-
     def trial_epochs(self, trial: str) -> list[dict[str, Any]]:
-        rows = self._trial_rows(trial)
-        return [rows[e] for e in sorted(rows)]
+        """The trial's epoch rows as they are on disk now."""
+        path = self.epochs_dir / f"{trial}.parquet"
+        return _read_table(path, EPOCH_SCHEMA).to_pylist() if path.exists() else []
 
-    def _trial_rows(self, trial: str) -> dict[int, dict[str, Any]]:
-        if trial not in self._epoch_rows:
-            path = self.epochs_dir / f"{trial}.parquet"
-            rows = _read_table(path, EPOCH_SCHEMA).to_pylist() if path.exists() else []
-            self._epoch_rows[trial] = {int(r["epoch"]): r for r in rows}
-        return self._epoch_rows[trial]
+    def finish_trial(self, summary: dict[str, Any], epochs: list[dict[str, Any]]) -> None:
+        """Stamp the trial's final status on its epoch rows, then write its summary row (the commit)."""
+        if epochs:
+            stamped = [{**row, "status": summary["status"]} for row in epochs]
+            _atomic_write_table(self.epochs_dir / f"{summary['trial_id']}.parquet", stamped, EPOCH_SCHEMA)
+        _atomic_write_table(self.trials_dir / f"{summary['trial_id']}.parquet", [summary], TRIAL_SCHEMA)
+
+    def finished(self) -> dict[str, str]:
+        """trial id -> final status, for every trial with a summary row."""
+        trials = self.trials()
+        return dict(zip(trials.trial_id, trials.status))
 
     def epochs(self) -> pd.DataFrame:
         return _read_dir(self.epochs_dir, EPOCH_SCHEMA)

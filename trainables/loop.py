@@ -1,14 +1,15 @@
 """The trainable contract and the one training loop both frameworks run under.
 
-A trial is `train(config)`, a Ray Tune function trainable: config["trial"] is a TrialConfig dict,
-config["runtime"] what the engine adds (data folder or None, emulation). The devices are the ones Ray
-assigned (`ray.get_gpu_ids()`), or as many CPU devices when GPUs are emulated. A framework supplies
-a Backend (see `Backend` below); timing, lr schedule, divergence, checkpoints and reporting live here,
-once, so the two frameworks are measured by the same code.
+`run_trial(config, devices, data_dir, report)` trains one trial and calls `report(metrics,
+checkpoint_dir)` after each epoch. It knows nothing of Ray: the engine's Tune trainable
+(sweep/trial.py) and the raw baseline (trainables/local.py) both call it. A framework supplies a
+Backend (below); timing, lr schedule, divergence, checkpoints and reporting live here, once, so the
+two frameworks are measured by the same code.
 """
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 import tempfile
@@ -55,46 +56,34 @@ def lr_at(cfg: TrialConfig, epoch: int) -> float:
     return cfg.lr * cfg.lr_decay_factor ** drops
 
 
-def assigned_devices(num_gpus: int, emulated: bool) -> Devices:
-    import ray
-
-    ids = tuple(str(i) for i in ray.get_gpu_ids())
-    if len(ids) != num_gpus:
-        raise RuntimeError(f"Ray assigned {len(ids)} GPUs ({','.join(ids)}), the trial asked for {num_gpus}")
-    if emulated:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # fake GPU ids must never reach a real device
-        return Devices("cpu-emulated", num_gpus, ids)
-    return Devices("gpu", num_gpus, ids)
-
-
 def load_backend(cfg: TrialConfig, devices: Devices, image_size: int) -> Backend:
     module = importlib.import_module(f"trainables.{cfg.framework}.backend")
     return module.Backend(cfg, devices, image_size)
 
 
+MANIFEST = "checkpoint.json"
+
+
+def save_checkpoint(backend: Backend, path: str, epoch: int) -> None:
+    """The backend's state plus a manifest of the files' sizes, written last."""
+    backend.save(path)
+    files = {name: os.path.getsize(os.path.join(path, name)) for name in os.listdir(path)}
+    with open(os.path.join(path, MANIFEST), "w") as f:
+        json.dump({"epoch": epoch, "files": files}, f)
+
+
+def checkpoint_epoch(path: str) -> int | None:
+    """The epoch a checkpoint folder holds, or None when it is incomplete (a copy cut short by a kill)."""
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            manifest = json.load(f)
+        complete = all(os.path.getsize(os.path.join(path, n)) == size for n, size in manifest["files"].items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return int(manifest["epoch"]) if complete else None
+
+
 Report = Callable[[dict[str, Any], "str | None"], None]  # (metrics, checkpoint folder or None)
-
-
-def train(config: dict[str, Any]) -> None:
-    """Ray Tune function trainable: one trial, one report (and checkpoint) per epoch."""
-    from ray import tune
-
-    cfg = TrialConfig.from_dict(config["trial"])
-    runtime = config["runtime"]
-    # The driver decides for an embedded Ray; on a joined cluster each node tells for itself.
-    emulated = runtime["emulated"] if runtime["emulated"] is not None else environment.real_gpu_count() == 0
-    devices = assigned_devices(cfg.num_gpus, emulated)
-
-    def report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
-        # tune.report persists the checkpoint folder before it returns, so it may be temporary.
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
-
-    checkpoint = tune.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as path:
-            run_trial(cfg, devices, runtime["data_dir"], report, restore_dir=path)
-    else:
-        run_trial(cfg, devices, runtime["data_dir"], report)
 
 
 def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: Report,
@@ -110,8 +99,7 @@ def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: 
     start_epoch = 0
     if restore_dir:
         backend.load(restore_dir)
-        with open(os.path.join(restore_dir, "epoch")) as f:
-            start_epoch = int(f.read()) + 1
+        start_epoch = checkpoint_epoch(restore_dir) + 1
 
     train_size = data.CIFAR10_TRAIN_SIZE if cifar is None else len(cifar.train_x)
     steps = data.steps_per_epoch(train_size, cfg.global_batch, cfg.steps_per_epoch)
@@ -177,7 +165,5 @@ def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: 
             report(metrics, None)
             return
         with tempfile.TemporaryDirectory() as path:
-            backend.save(path)
-            with open(os.path.join(path, "epoch"), "w") as f:
-                f.write(str(epoch))
+            save_checkpoint(backend, path, epoch)
             report(metrics, path)

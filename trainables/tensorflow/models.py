@@ -7,16 +7,35 @@ from keras import layers
 from trainables import zoo
 
 # Same initialisation as the MXNet side: gaussian, std sqrt(2 / fan_in); BN as MXNet's defaults.
-INIT = keras.initializers.VarianceScaling(scale=2.0, mode="fan_in", distribution="untruncated_normal")
+def _kernel_init() -> keras.initializers.Initializer:
+    # A new initializer per layer, made after the backend seeded Keras: one made at import would
+    # carry a seed drawn then, and initialise differently in every process.
+    return keras.initializers.VarianceScaling(scale=2.0, mode="fan_in", distribution="untruncated_normal")
 BN = {"momentum": 0.9, "epsilon": 1e-5}
 
 
-def _conv(x, channels: int, kernel: int, stride: int, pad: int | None = None):
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def _conv(x, channels: int, kernel, stride: int, pad=None, bias: bool = False, activation=None):
     # Explicit symmetric padding, as MXNet pads: Keras' "same" pads stride-2 convs asymmetrically.
-    pad = kernel // 2 if pad is None else pad
-    if pad:
-        x = layers.ZeroPadding2D(pad)(x)
-    return layers.Conv2D(channels, kernel, stride, padding="valid", use_bias=False, kernel_initializer=INIT)(x)
+    kernel = _pair(kernel)
+    ph, pw = (kernel[0] // 2, kernel[1] // 2) if pad is None else _pair(pad)
+    if ph or pw:
+        x = layers.ZeroPadding2D(((ph, ph), (pw, pw)))(x)
+    return layers.Conv2D(channels, kernel, stride, padding="valid", use_bias=bias, activation=activation,
+                         kernel_initializer=_kernel_init())(x)
+
+
+def _conv_bn(x, channels: int, kernel, stride: int = 1, pad=0, relu: bool = True):
+    """Conv (no bias: BN follows) + BN (+ ReLU); pad 0 unless given, as Gluon's Conv2D."""
+    x = layers.BatchNormalization(**BN)(_conv(x, channels, kernel, stride, pad))
+    return layers.Activation("relu")(x) if relu else x
+
+
+def _dense(x, units: int, bias: bool = True, activation=None):
+    return layers.Dense(units, activation=activation, use_bias=bias, kernel_initializer=_kernel_init())(x)
 
 
 def _basic_block(x, channels: int, stride: int, project: bool):
@@ -24,6 +43,15 @@ def _basic_block(x, channels: int, stride: int, project: bool):
     y = layers.Activation("relu")(layers.BatchNormalization(**BN)(y))
     y = layers.BatchNormalization(**BN)(_conv(y, channels, 3, 1))
     skip = layers.BatchNormalization(**BN)(_conv(x, channels, 1, stride)) if project else x
+    return layers.Activation("relu")(layers.Add()([y, skip]))
+
+
+def _bottleneck(x, channels: int, stride: int, project: bool):
+    # ResNet v1 bottleneck: the first 1x1 carries the stride (He et al. 2016, Keras' ResNet50, Gluon's v1).
+    y = _conv_bn(x, channels // 4, 1, stride)
+    y = _conv_bn(y, channels // 4, 3, 1, 1)
+    y = _conv_bn(y, channels, 1, relu=False)
+    skip = _conv_bn(x, channels, 1, stride, relu=False) if project else x
     return layers.Activation("relu")(layers.Add()([y, skip]))
 
 
@@ -37,12 +65,111 @@ def resnet_cifar(units: int, image_size: int) -> keras.Model:
             x = _basic_block(x, channels, stride, project=channels != in_channels)
             in_channels = channels
     x = layers.GlobalAveragePooling2D()(x)
-    outputs = layers.Dense(zoo.NUM_CLASSES, kernel_initializer=INIT)(x)
+    outputs = layers.Dense(zoo.NUM_CLASSES, kernel_initializer=_kernel_init())(x)
     return keras.Model(inputs, outputs)
+
+
+def resnet50_v1(image_size: int) -> keras.Model:
+    inputs = keras.Input((image_size, image_size, 3))
+    x = _conv_bn(inputs, 64, 7, 2, 3)
+    # Zero padding before the max pool is MXNet's -inf padding here: the inputs are ReLU outputs, >= 0.
+    x = layers.MaxPooling2D(3, 2)(layers.ZeroPadding2D(1)(x))
+    for stage, (units, channels) in enumerate(zip((3, 4, 6, 3), (256, 512, 1024, 2048))):
+        for unit in range(units):  # the first block of a stage changes the shape: projection shortcut
+            x = _bottleneck(x, channels, 2 if stage > 0 and unit == 0 else 1, project=unit == 0)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, _dense(x, zoo.NUM_CLASSES))
+
+
+def _avg_branch(x, channels: int):
+    # 3x3/1 "same" average pool: pads 1 on each side and averages real pixels only, as the MXNet side.
+    return _conv_bn(layers.AveragePooling2D(3, 1, padding="same")(x), channels, 1)
+
+
+def _inception_a(x, pool_channels: int):
+    b1 = _conv_bn(x, 64, 1)
+    b5 = _conv_bn(_conv_bn(x, 48, 1), 64, 5, pad=2)
+    b3 = _conv_bn(_conv_bn(_conv_bn(x, 64, 1), 96, 3, pad=1), 96, 3, pad=1)
+    return layers.Concatenate()([b1, b5, b3, _avg_branch(x, pool_channels)])
+
+
+def _inception_b(x):  # 35 -> 17
+    b3 = _conv_bn(x, 384, 3, 2)
+    b3d = _conv_bn(_conv_bn(_conv_bn(x, 64, 1), 96, 3, pad=1), 96, 3, 2)
+    return layers.Concatenate()([b3, b3d, layers.MaxPooling2D(3, 2)(x)])
+
+
+def _inception_c(x, c7: int):  # factorised 7x7: 1x7 and 7x1 convs
+    def c17(y, channels):
+        return _conv_bn(y, channels, (1, 7), pad=(0, 3))
+
+    def c71(y, channels):
+        return _conv_bn(y, channels, (7, 1), pad=(3, 0))
+    b1 = _conv_bn(x, 192, 1)
+    b7 = c71(c17(_conv_bn(x, c7, 1), c7), 192)
+    b7d = c17(c71(c17(c71(_conv_bn(x, c7, 1), c7), c7), c7), 192)
+    return layers.Concatenate()([b1, b7, b7d, _avg_branch(x, 192)])
+
+
+def _inception_d(x):  # 17 -> 8
+    b3 = _conv_bn(_conv_bn(x, 192, 1), 320, 3, 2)
+    b7 = _conv_bn(_conv_bn(x, 192, 1), 192, (1, 7), pad=(0, 3))
+    b7 = _conv_bn(_conv_bn(b7, 192, (7, 1), pad=(3, 0)), 192, 3, 2)
+    return layers.Concatenate()([b3, b7, layers.MaxPooling2D(3, 2)(x)])
+
+
+def _inception_e(x):  # expanded filter bank: 1x3 and 3x1 side by side
+    def split(y):
+        return layers.Concatenate()([_conv_bn(y, 384, (1, 3), pad=(0, 1)), _conv_bn(y, 384, (3, 1), pad=(1, 0))])
+    b1 = _conv_bn(x, 320, 1)
+    b3 = split(_conv_bn(x, 384, 1))
+    b3d = split(_conv_bn(_conv_bn(x, 448, 1), 384, 3, pad=1))
+    return layers.Concatenate()([b1, b3, b3d, _avg_branch(x, 192)])
+
+
+def inception_v3(image_size: int) -> keras.Model:
+    inputs = keras.Input((image_size, image_size, 3))
+    x = _conv_bn(_conv_bn(_conv_bn(inputs, 32, 3, 2), 32, 3), 64, 3, pad=1)
+    x = layers.MaxPooling2D(3, 2)(x)
+    x = layers.MaxPooling2D(3, 2)(_conv_bn(_conv_bn(x, 80, 1), 192, 3))
+    for pool_channels in (32, 64, 64):
+        x = _inception_a(x, pool_channels)
+    x = _inception_b(x)
+    for c7 in (128, 160, 160, 192):
+        x = _inception_c(x, c7)
+    x = _inception_e(_inception_e(_inception_d(x)))
+    x = layers.Dropout(0.5)(layers.GlobalAveragePooling2D()(x))
+    return keras.Model(inputs, _dense(x, zoo.NUM_CLASSES))
+
+
+def cifar10_conv(image_size: int) -> keras.Model:
+    # Neon's example gives no layer a bias (see trainables/mxnet/models.py).
+    inputs = keras.Input((image_size, image_size, 3))
+    x = layers.MaxPooling2D(2, 2)(_conv(inputs, 16, 5, 1, 0, activation="relu"))
+    x = layers.MaxPooling2D(2, 2)(_conv(x, 32, 5, 1, 0, activation="relu"))
+    x = _dense(layers.Flatten()(x), 500, bias=False, activation="relu")
+    return keras.Model(inputs, _dense(x, zoo.NUM_CLASSES, bias=False))
+
+
+def alexnet(image_size: int) -> keras.Model:
+    inputs = keras.Input((image_size, image_size, 3))
+    x = layers.MaxPooling2D(3, 2)(_conv(inputs, 64, 11, 4, 2, bias=True, activation="relu"))
+    x = layers.MaxPooling2D(3, 2)(_conv(x, 192, 5, 1, 2, bias=True, activation="relu"))
+    for channels in (384, 256, 256):
+        x = _conv(x, channels, 3, 1, 1, bias=True, activation="relu")
+    x = layers.Flatten()(layers.MaxPooling2D(3, 2)(x))
+    x = layers.Dropout(0.5)(_dense(x, 4096, activation="relu"))
+    x = layers.Dropout(0.5)(_dense(x, 4096, activation="relu"))
+    return keras.Model(inputs, _dense(x, zoo.NUM_CLASSES))
+
+
+FIXED = {"resnet50_v1": resnet50_v1, "inception_v3": inception_v3, "cifar10_conv": cifar10_conv, "alexnet": alexnet}
 
 
 def build(name: str, image_size: int) -> keras.Model:
     units = zoo.cifar_resnet_units(name)
     if units is not None:
         return resnet_cifar(units, image_size)
+    if name in FIXED:
+        return FIXED[name](image_size)
     raise ValueError(f"model {name} has no Keras builder")

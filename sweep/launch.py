@@ -1,0 +1,260 @@
+"""`run` and `status`: from the command line's options to a plan on a Ray cluster, new or resumed."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sweep import spec, store
+from sweep.spec import Sweep
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+FINAL = ("completed", "stopped_early", "diverged", "failed", "oom", "infeasible")
+RETRYABLE = ("failed", "oom", "infeasible")  # diverged is not: the same seed diverges the same way
+
+
+class UsageError(Exception):
+    """Bad input the user can fix; the message is the one line they see."""
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(PROJECT_DIR), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(PROJECT_DIR), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() + ("-dirty" if dirty else "")) if out.returncode == 0 else None
+
+
+def engine_columns() -> dict[str, Any]:
+    """Columns every row of a run shares: the engine that wrote it."""
+    from importlib.metadata import version
+
+    import ray
+
+    return {"engine_version": version("sweep"), "git_commit": _git_commit(), "ray_version": ray.__version__}
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the store says of a run: every trial of its grid and the final status of those that ended."""
+
+    run_dir: Path
+    meta: dict[str, Any]
+    finished: dict[str, str]
+
+    @property
+    def trial_ids(self) -> list[str]:
+        return self.meta["trials"]
+
+    def pending(self, retry_failed: bool) -> list[str]:
+        again = RETRYABLE if retry_failed else ()
+        return [t for t in self.trial_ids if self.finished.get(t) in (None, *again)]
+
+    @property
+    def unfinished(self) -> bool:
+        return bool(self.pending(retry_failed=False))
+
+
+def read_run(run_dir: Path) -> RunState:
+    run = store.RunStore(run_dir)
+    return RunState(run_dir, run.meta, run.finished())
+
+
+def latest_unfinished(results: Path, sweep_name: str) -> RunState | None:
+    for run_dir in reversed(store.run_dirs(results, sweep_name)):
+        state = read_run(run_dir)
+        if state.unfinished:
+            return state
+    return None
+
+
+def _first_difference(old: str, new: str) -> str:
+    pairs = itertools.zip_longest(old.splitlines(), new.splitlines())
+    for number, (was, now) in enumerate(pairs, 1):
+        if was != now:
+            return f"line {number}: {was!r} -> {now!r}"
+    return "line endings only"
+
+
+def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Path) -> RunState:
+    if args.resume == "latest":
+        state = latest_unfinished(results, sweep.name)
+        if state is None:
+            raise UsageError(f"no unfinished run of {sweep.name} under {results}: nothing to resume")
+        return state
+    run_dir = results / sweep.name / args.resume
+    if not (run_dir / "run.json").is_file():
+        raise UsageError(f"no run {args.resume} of {sweep.name} under {results}")
+    state = read_run(run_dir)
+    if not state.pending(args.retry_failed):
+        raise UsageError(f"run {args.resume} of {sweep.name} is finished: nothing to resume"
+                         + ("" if args.retry_failed else " (failed trials are retried with --retry-failed)"))
+    return state
+
+
+def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    from sweep import cluster as ray_cluster
+    from trainables import data, environment
+
+    sweep = spec.load(args.sweep)
+    results = Path(args.results).resolve()
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    if address and args.emulate_gpus:
+        raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
+    if (args.force or args.retry_failed) and not args.resume:
+        raise UsageError("--force and --retry-failed go with --resume")
+    resumed = _resume_target(args, sweep, results) if args.resume else None
+    if resumed:
+        stored = (resumed.run_dir / "sweep.yaml").read_text()
+        if stored != sweep.text and not args.force:
+            raise UsageError(f"{sweep.path} changed since run {resumed.meta['run_id']} started "
+                             f"({_first_difference(stored, sweep.text)}); --force resumes it as it was started")
+        sweep = spec.parse(stored, sweep.path)  # a resume continues the run as it was started
+        if args.scale and args.scale != resumed.meta["scale"]:
+            raise UsageError(f"run {resumed.meta['run_id']} is at scale {resumed.meta['scale']}, not {args.scale}")
+    else:
+        earlier = latest_unfinished(results, sweep.name)
+        if earlier:
+            done = len(earlier.trial_ids) - len(earlier.pending(False))
+            print(f"note: run {earlier.meta['run_id']} of {sweep.name} is unfinished ({done} of "
+                  f"{len(earlier.trial_ids)} trials ended); continue it with: python -m sweep {args.sweep} "
+                  f"--resume {earlier.meta['run_id']}" + (f" --results {args.results}" if args.results != "results" else ""))
+
+    real_gpus = 0 if address else environment.real_gpu_count()
+    emulated: bool | None = None if address else (bool(args.emulate_gpus) or real_gpus == 0)
+    scale = resumed.meta["scale"] if resumed else args.scale or ("smoke" if emulated else "full")
+    all_trials = sweep.trials(scale)
+    if resumed:
+        pending = set(resumed.pending(args.retry_failed))
+        trials = [t for t in all_trials if t.trial_id in pending]
+    else:
+        trials = all_trials
+    num_gpus = real_gpus
+    if emulated:
+        num_gpus = args.emulate_gpus or 2 * max(t.config["num_gpus"] for t in all_trials)
+        why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
+        print(f"{why}: emulating {num_gpus} GPUs in Ray, each trial on as many CPU devices "
+              f"(results are marked cpu-emulated: not a speed result); scale {scale}")
+
+    data_dir = _data_dir(args, sweep, trials, scale, resumed)
+    cluster = ray_cluster.start(address, num_gpus, args.dashboard_host)
+    try:
+        return _run_on_cluster(args, argv, cluster, sweep, scale, all_trials, trials, results, data_dir,
+                               emulated, resumed)
+    finally:
+        ray_cluster.stop(cluster)
+
+
+def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[spec.Trial], scale: str,
+              resumed: RunState | None) -> str | None:
+    """The CIFAR-10 folder, checked once before any trial starts; None: synthetic data for the run."""
+    from trainables import data
+
+    if resumed and resumed.meta.get("data_dir") is None:
+        return None  # the run started on synthetic data: it continues on it
+    data_dir = str(Path(args.data_dir).resolve()) if args.data_dir else (
+        resumed.meta["data_dir"] if resumed else str(Path("data").resolve()))
+    if not any(t.config["data"] == "cifar10" for t in trials):
+        return data_dir
+    if data.has_cifar10(data_dir):
+        data.load_cifar10(data_dir)  # a bad file fails the run here, not every trial
+        return data_dir
+    if scale == "smoke":
+        print(f"no CIFAR-10 under {data_dir}: the smoke scale trains on synthetic data (accuracy columns null)")
+        if sweep.early_stopping:
+            print("early stopping ranks trials by val_acc, which synthetic data lacks: it is off for this run")
+        return None
+    raise UsageError(f"{data_dir}: no cifar-10-batches-py/ or cifar-10-python.tar.gz "
+                     "(give --data-dir, or --scale smoke to run on synthetic data)")
+
+
+def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, sweep: Sweep, scale: str,
+                    all_trials: list[spec.Trial], trials: list[spec.Trial], results: Path, data_dir: str | None,
+                    emulated: bool | None, resumed: RunState | None) -> int:
+    from sweep import cluster as ray_cluster
+    from sweep import runner
+
+    if cluster.dashboard_url:
+        print(f"Ray dashboard: {cluster.dashboard_url}")
+    requests = {t.trial_id: (t.config["cpus_per_trial"], t.config["num_gpus"]) for t in trials}
+    bad = ray_cluster.infeasible(requests, cluster.nodes)
+    if bad:
+        first = next(iter(bad))
+        raise UsageError(f"{len(bad)} of {len(trials)} trials fit no node of the cluster, e.g. {first}: {bad[first]}")
+    command = shlex.join(["python", "-m", "sweep", *argv])
+    if resumed:
+        run = store.RunStore(resumed.run_dir)
+        meta = run.meta
+        session = len(meta.get("sessions", [])) + 1
+        print(f"resuming run {meta['run_id']} of {sweep.name}: {len(trials)} of {len(all_trials)} trials to run")
+    else:
+        run_id = store.new_run_id()
+        meta = {"sweep": sweep.name, "run_id": run_id, "scale": scale, "spec_path": str(sweep.path),
+                "spec_sha256": store.sha256(sweep.text), "data_dir": data_dir, "emulated": emulated,
+                "trials": [t.trial_id for t in all_trials], "sessions": []}
+        run = store.RunStore.create(results, sweep.name, run_id, meta, sweep.text)
+        session = 1
+        print(f"sweep {sweep.name}: {len(trials)} trials at scale {scale}, run {run_id}")
+    engine = engine_columns()
+    meta["sessions"] = [*meta.get("sessions", []), {"command": command, "started_at": time.time(),
+                                                    "address": args.address, **engine}]
+    run.write_meta(meta)
+    print(f"results: {run.dir}")
+    plan = runner.RunPlan(
+        sweep=sweep, scale=scale, trials=trials, total=len(all_trials), store=run, data_dir=data_dir,
+        emulated=emulated, max_concurrent=args.max_concurrent, session=session,
+        row_base={**engine, "sweep": sweep.name, "run_id": meta["run_id"], "scale": scale})
+    finished, interrupted = runner.run(plan)
+    state = read_run(run.dir)
+    not_ok = {t: s for t, s in state.finished.items() if s not in ("completed", "stopped_early")}
+    pending = state.pending(False)
+    print(f"done: {len(state.finished) - len(not_ok)} completed, {len(not_ok)} failed, {len(pending)} not finished"
+          f"; results in {run.dir}")
+    if pending:
+        print(f"resume with: python -m sweep {args.sweep} --resume {meta['run_id']}"
+              + (f" --results {args.results}" if args.results != "results" else ""))
+    if interrupted:
+        return 130
+    return 1 if not_ok or pending else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    sweep = spec.load(args.sweep)
+    results = Path(args.results).resolve()
+    runs = store.run_dirs(results, sweep.name)
+    if not runs:
+        raise UsageError(f"no run of {sweep.name} under {results}")
+    state = read_run(runs[-1])
+    run = store.RunStore(state.run_dir)
+    counts = {"done": 0, "running or interrupted": 0, "failed": 0, "pending": 0}
+    for tid in state.trial_ids:
+        status = state.finished.get(tid)
+        if status in ("completed", "stopped_early"):
+            counts["done"] += 1
+        elif status is not None:
+            counts["failed"] += 1
+        elif run.attempts(tid):
+            counts["running or interrupted"] += 1
+        else:
+            counts["pending"] += 1
+    summaries = run.trials()
+    epochs = run.epochs()
+    unfinished = epochs[~epochs.trial_id.isin(state.finished)]
+    gpu_hours = float(summaries.gpu_hours.fillna(0).sum()) + float(
+        ((unfinished.epoch_time_s.fillna(0) + unfinished.val_time_s.fillna(0)) * unfinished.num_gpus).sum() / 3600)
+    print(f"{sweep.name} run {state.meta['run_id']} ({state.meta['scale']} scale, {len(state.trial_ids)} trials): "
+          + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    print(f"GPU-hours used: {gpu_hours:.4f}")
+    if state.unfinished:
+        print(f"resume with: python -m sweep {args.sweep} --resume {state.meta['run_id']}"
+              + (f" --results {args.results}" if args.results != "results" else ""))
+    return 0

@@ -1,0 +1,145 @@
+"""Kill the driver anywhere (SIGKILL, SIGINT), resume, and find every row exactly once."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import pytest
+from conftest import ROOT, SWEEPS, run_cli
+
+from sweep import spec, store
+
+SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
+
+
+def start(results: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    # A session of its own, so the test can stop every process the driver started, and only those.
+    return subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(results), *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+
+
+def run_dir(results: Path) -> Path | None:
+    runs = store.run_dirs(results, "tiny_mxnet")
+    return runs[-1] if runs else None
+
+
+def progress(results: Path) -> tuple[int, int]:
+    """(trials with a summary row, epoch rows) in the store now."""
+    folder = run_dir(results)
+    if folder is None:
+        return 0, 0
+    run = store.RunStore(folder)
+    try:
+        return len(run.trials()), len(run.epochs())
+    except store.StoreError:
+        return 0, 0
+
+
+def interrupt_when(proc: subprocess.Popen, results: Path, ready: Callable[[int, int], bool], sig: int) -> str:
+    deadline = time.time() + 240
+    while not ready(*progress(results)):
+        assert proc.poll() is None, "the sweep ended before the kill point: " + proc.stdout.read()[-2000:]
+        assert time.time() < deadline, "kill point never reached"
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if sig == signal.SIGKILL else None  # what the dead driver left
+    return out
+
+
+def starts(results: Path) -> dict[str, int]:
+    run = store.RunStore(run_dir(results))
+    return {t: run.attempts(t) for t in run.meta["trials"]}
+
+
+def finished(results: Path) -> set[str]:
+    return set(store.RunStore(run_dir(results)).trials().trial_id)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_interrupted_sweep_resumes_with_every_row_exactly_once(sig: int, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    trials = spec.load(SWEEP).trials("smoke")
+    total = len(trials)
+    kill_points = [
+        lambda done, rows: rows >= 1,  # before the first trial finishes
+        lambda done, rows: done >= total // 2,  # in the middle
+        lambda done, rows: done >= total - 1,  # near the end
+    ]
+    proc = start(results)
+    frozen: dict[str, int] = {}  # starts of trials already ended: must never grow
+    for point in kill_points:
+        out = interrupt_when(proc, results, point, sig)
+        if sig == signal.SIGINT:
+            assert "interrupted" in out and "resume with" in out, out[-2000:]
+        status = run_cli("status", SWEEP, "--results", str(results), timeout=60)
+        assert status.returncode == 0 and "--resume" in status.stdout, status.stdout + status.stderr
+        ended = finished(results)
+        now = starts(results)
+        assert all(now[t] == frozen[t] for t in frozen), "an ended trial was trained again"
+        frozen = {t: now[t] for t in ended}
+        if len(ended) == total:
+            break
+        proc = start(results, "--resume")
+    else:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out[-3000:]
+
+    run = store.RunStore(run_dir(results))
+    summary, epochs = run.trials(), run.epochs()
+    assert sorted(summary.trial_id) == sorted(t.trial_id for t in trials)  # one summary row each
+    assert set(summary.status) == {"completed"}
+    for t in trials:
+        rows = epochs[epochs.trial_id == t.trial_id]
+        assert sorted(rows.epoch) == list(range(t.config["epochs"])), t.trial_id  # each epoch once
+    assert not epochs.duplicated(["run_id", "trial_id", "epoch"]).any()
+    final = starts(results)
+    assert all(final[t] == frozen[t] for t in frozen)
+    assert sum(final.values()) > total, "no trial was ever interrupted: the test proved nothing"
+    status = run_cli("status", SWEEP, "--results", str(results), timeout=60)
+    assert f"{total} done" in status.stdout and "--resume" not in status.stdout
+
+
+def test_new_run_mentions_the_unfinished_one_and_resume_refuses_an_edited_sweep(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    sweep_file = tmp_path / "tiny_mxnet.yaml"
+    sweep_file.write_text(Path(SWEEP).read_text())
+    # An unfinished run, as a kill before any trial leaves it: the folder, no summary rows.
+    meta = {"sweep": "tiny_mxnet", "run_id": "20200101-000000-abcd", "scale": "smoke", "data_dir": None,
+            "emulated": True, "trials": [t.trial_id for t in spec.load(str(sweep_file)).trials("smoke")], "sessions": []}
+    store.RunStore.create(results, "tiny_mxnet", meta["run_id"], meta, sweep_file.read_text())
+    sweep_file.write_text(sweep_file.read_text().replace("epochs: 3", "epochs: 4"))
+    out = run_cli(str(sweep_file), "--results", str(results), "--resume", timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "changed since run 20200101-000000-abcd" in out.stderr and "epochs: 3" in out.stderr and "--force" in out.stderr
+    out = run_cli(str(sweep_file), "--results", str(results), "--resume", "nope", timeout=60)
+    assert out.returncode == 2 and "no run nope" in out.stderr
+    out = run_cli(str(sweep_file), "--results", str(results), "--retry-failed", timeout=60)
+    assert out.returncode == 2 and "--resume" in out.stderr
+
+
+def test_corrupt_parquet_in_a_run_is_named_and_loses_nothing(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    meta = {"sweep": "tiny_mxnet", "run_id": "r1", "scale": "smoke", "trials": ["a", "b"], "sessions": []}
+    run = store.RunStore.create(results, "tiny_mxnet", "r1", meta, "description: x\n")
+    row = {"sweep": "tiny_mxnet", "run_id": "r1", "trial_id": "a", "epoch": 0, "images_per_sec": 5.0}
+    run.write_epoch(row)
+    before = (run.epochs_dir / "a.parquet").read_bytes()
+    (run.epochs_dir / "zz.parquet").write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(store.StoreError, match=r"zz\.parquet"):
+        run.epochs()
+    out = run_cli("status", str(SWEEPS / "tiny_mxnet.yaml"), "--results", str(results), timeout=60)
+    assert out.returncode == 2 and "zz.parquet" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert (run.epochs_dir / "a.parquet").read_bytes() == before
+    assert pd.read_parquet(run.epochs_dir / "a.parquet").images_per_sec.tolist() == [5.0]
