@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fake N GPUs in the embedded Ray, each trial training on as many CPU devices")
     run.add_argument("--max-concurrent", type=int, metavar="N", help="at most N trials at once")
     run.add_argument("--dashboard-host", default="127.0.0.1", help="where the embedded Ray's dashboard listens")
+    run.add_argument("--skip-infeasible", action="store_true",
+                     help="record trials that fit no node as infeasible and run the rest (default: stop, exit 2)")
+    run.add_argument("--max-failures", type=int, default=0, metavar="N",
+                     help="retry a trial whose worker or node was lost up to N times, from its last checkpoint")
     run.add_argument("--resume", nargs="?", const="latest", metavar="RUN_ID",
                      help="continue the latest unfinished run of the sweep (or RUN_ID): ended trials are not run again")
     run.add_argument("--retry-failed", action="store_true", help="with --resume: run failed and OOM trials again")
@@ -62,10 +66,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
-    for opt in ("emulate_gpus", "max_concurrent"):
+    for opt, least in (("emulate_gpus", 1), ("max_concurrent", 1), ("max_failures", 0)):
         value = getattr(args, opt, None)
-        if value is not None and value < 1:
-            raise UsageError(f"--{opt.replace('_', '-')}: expected an integer >= 1, got {value}")
+        if value is not None and value < least:
+            raise UsageError(f"--{opt.replace('_', '-')}: expected an integer >= {least}, got {value}")
     return args
 
 

@@ -29,19 +29,23 @@ class Cluster:
         return sum(n.gpus for n in self.nodes)
 
 
-def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1") -> Cluster:
+def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1", job_name: str | None = None) -> Cluster:
     """Join `address` (or RAY_ADDRESS), else start a local Ray with `num_gpus` (fake where emulated)."""
     import ray
 
+    from sweep import monitor
+
     runtime_env: dict[str, Any] = {"env_vars": TRIAL_ENV}
     address = address or os.environ.get("RAY_ADDRESS")
+    watch = monitor.init_options(job_name)  # the job carries the sweep's name (dashboard, Jobs)
     if address:
-        context = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.ERROR)
+        context = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.ERROR,
+                           **watch)
     else:
         # address="local" always starts a new cluster, never a stale one from /tmp/ray.
         context = ray.init(address="local", num_gpus=num_gpus, include_dashboard=True,
                            dashboard_host=dashboard_host, runtime_env=runtime_env, log_to_driver=False,
-                           logging_level=logging.ERROR)
+                           logging_level=logging.ERROR, **watch)
     url = context.dashboard_url
     return Cluster(embedded=not address, nodes=alive_nodes(), dashboard_url=f"http://{url}" if url else None)
 

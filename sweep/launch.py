@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
 
     data_dir = _data_dir(args, sweep, trials, scale, resumed)
-    cluster = ray_cluster.start(address, num_gpus, args.dashboard_host)
+    cluster = ray_cluster.start(address, num_gpus, args.dashboard_host, job_name=sweep.name)
     try:
         return _run_on_cluster(args, argv, cluster, sweep, scale, all_trials, trials, results, data_dir,
                                emulated, resumed)
@@ -181,15 +181,17 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
                     all_trials: list[spec.Trial], trials: list[spec.Trial], results: Path, data_dir: str | None,
                     emulated: bool | None, resumed: RunState | None) -> int:
     from sweep import cluster as ray_cluster
-    from sweep import runner
+    from sweep import monitor, packing, runner
 
-    if cluster.dashboard_url:
-        print(f"Ray dashboard: {cluster.dashboard_url}")
+    for line in monitor.banner(cluster):  # dashboard URL, where its token is, metrics endpoint
+        print(line)
     requests = {t.trial_id: (t.config["cpus_per_trial"], t.config["num_gpus"]) for t in trials}
     bad = ray_cluster.infeasible(requests, cluster.nodes)
-    if bad:
-        first = next(iter(bad))
-        raise UsageError(f"{len(bad)} of {len(trials)} trials fit no node of the cluster, e.g. {first}: {bad[first]}")
+    if bad:  # Ray would leave these pending for ever, without a word: say so before anything runs
+        print(_infeasible_table([t for t in trials if t.trial_id in bad], cluster.nodes))
+        if not args.skip_infeasible:
+            raise UsageError(f"{len(bad)} of {len(trials)} trials fit no node of the cluster (table above); "
+                             "--skip-infeasible records them as infeasible and runs the rest")
     command = shlex.join(["python", "-m", "sweep", *argv])
     if resumed:
         run = store.RunStore(resumed.run_dir)
@@ -209,11 +211,23 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
                                                     "address": args.address, **engine}]
     run.write_meta(meta)
     print(f"results: {run.dir}")
+    row_base = {**engine, "sweep": sweep.name, "run_id": meta["run_id"], "scale": scale}
+    for t in trials:
+        if t.trial_id in bad:
+            summary = store.summarize(t.trial_id, t.config, [], "infeasible", row_base)
+            run.finish_trial({**summary, "error_type": "Infeasible", "error": bad[t.trial_id]}, [])
+    trials = [t for t in trials if t.trial_id not in bad]
+    if trials:
+        seconds = packing.estimate(trials, packing.measured_seconds(results, sweep.name))
+        trials, how, makespan = packing.order(trials, seconds, [n.gpus for n in cluster.nodes],
+                                              [n.cpus for n in cluster.nodes])
+        bound = packing.lower_bound(trials, seconds, cluster.total_gpus)
+        print(f"trial order: {how}, estimated makespan {makespan / bound:.2f} x the lower bound")
     plan = runner.RunPlan(
         sweep=sweep, scale=scale, trials=trials, total=len(all_trials), store=run, data_dir=data_dir,
-        emulated=emulated, max_concurrent=args.max_concurrent, session=session,
-        row_base={**engine, "sweep": sweep.name, "run_id": meta["run_id"], "scale": scale})
-    finished, interrupted = runner.run(plan)
+        emulated=emulated, max_concurrent=args.max_concurrent, max_failures=args.max_failures, session=session,
+        row_base=row_base)
+    interrupted = runner.run(plan) if trials else False
     state = read_run(run.dir)
     not_ok = {t: s for t, s in state.finished.items() if s not in ("completed", "stopped_early")}
     pending = state.pending(False)
@@ -225,6 +239,15 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
     if interrupted:
         return 130
     return 1 if not_ok or pending else 0
+
+
+def _infeasible_table(trials: list[spec.Trial], nodes: list[Any]) -> str:
+    largest = max(((n.gpus, n.cpus) for n in nodes), default=(0, 0))
+    lines = [f"{len(trials)} trials fit no node (the largest node has {largest[0]:g} GPUs, {largest[1]:g} CPUs):",
+             "  trial_id    framework   model           GPUs  CPUs"]
+    lines += [f"  {t.trial_id}  {t.config['framework']:<10}  {t.config['model']:<14}  {t.config['num_gpus']:>4}  "
+              f"{t.config['cpus_per_trial']:>4}" for t in trials]
+    return "\n".join(lines)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
 
 from ray import tune  # noqa: E402
 
+from sweep import monitor  # noqa: E402
 from sweep import store as results  # noqa: E402
 from sweep.spec import Sweep, Trial  # noqa: E402
 from trainables.config import trial_id  # noqa: E402
@@ -37,6 +38,7 @@ class RunPlan:
     data_dir: str | None  # None: no CIFAR-10, every trial runs on synthetic data
     emulated: bool | None  # None: each node decides (joined cluster)
     max_concurrent: int | None
+    max_failures: int  # retries of a trial whose worker or node was lost (Tune's FailureConfig)
     session: int  # 1 for the first session of the run, 2 for its first resume, ...
     row_base: dict[str, Any]  # columns every row of the run shares (sweep, run, scale, engine)
 
@@ -68,10 +70,22 @@ class Interrupt(tune.Stopper):
 
 
 def _error_of(trial: Any) -> tuple[str, str]:
-    """The exception's type and first line, unwrapped from Ray's task error."""
-    err = trial.get_error()
+    """The exception's type and first line, unwrapped from Ray's task error.
+
+    Read from the trial's local error files: Tune's get_error() reads its storage copy, which is
+    synced later than the callback runs.
+    """
+    from ray import cloudpickle
+
+    err: BaseException | None = None
+    if trial.pickled_error_file and os.path.exists(trial.pickled_error_file):
+        with open(trial.pickled_error_file, "rb") as f:
+            err = cloudpickle.load(f)
+    if err is None:
+        text = Path(trial.error_file).read_text() if trial.error_file and os.path.exists(trial.error_file) else ""
+        return "TrialError", (text.strip().splitlines() or ["unknown error"])[-1][:500]
     cause = getattr(err, "cause", None) or err
-    message = str(cause).strip().splitlines()
+    message = [line for line in str(cause).strip().splitlines() if line.strip()]
     return type(cause).__name__, message[0][:500] if message else ""
 
 
@@ -81,24 +95,18 @@ def _failure_status(error_type: str, message: str) -> str:
 
 
 class SummaryCallback(tune.Callback):
-    """Prints progress and writes each trial's summary row when Tune says it ended."""
+    """Writes each trial's summary row when Tune says it ended, and tells the console view (sweep/monitor.py)."""
 
-    def __init__(self, plan: RunPlan, interrupt: Interrupt, print_line: Callable[[str], None]) -> None:
+    def __init__(self, plan: RunPlan, interrupt: Interrupt, view: monitor.SweepView) -> None:
         self.plan = plan
         self.interrupt = interrupt
-        self.print = print_line
+        self.view = view
         self.started: dict[str, float] = {}
         self.finished: dict[str, str] = {}
         self.done_before = plan.total - len(plan.trials)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.started[trial_id(trial.config["trial"])] = time.time()
-
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        config = trial.config["trial"]
-        acc = f", val_acc {result['val_acc']:.3f}" if result.get("val_acc") is not None else ""
-        self.print(f"  {_label(config)}  epoch {result['epoch'] + 1}/{config['epochs']}: "
-                   f"{result['images_per_sec']:.0f} img/s, {result['epoch_time_s']:.1f} s{acc}")
 
     def _finish(self, trial: Any, status: str, error: tuple[str, str] | None) -> None:
         tid = trial_id(trial.config["trial"])
@@ -122,10 +130,11 @@ class SummaryCallback(tune.Callback):
                         "gpu_hours": config["num_gpus"] * wall / 3600.0})
         if error:
             summary["error_type"], summary["error"] = error
+        elif status == "diverged":
+            summary["error"] = f"training loss not finite in epoch {epochs[-1]['epoch']}"
         self.plan.store.finish_trial(summary, epochs)
         self.finished[tid] = status
-        why = f" ({error[0]}: {error[1]})" if error else ""
-        self.print(f"[{self.done_before + len(self.finished)}/{self.plan.total}] {_label(config)}: {status}{why}")
+        self.view.ended(config, status, f"{error[0]}: {error[1]}" if error else None)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finish(trial, "completed", None)
@@ -157,26 +166,26 @@ def _scheduler(plan: RunPlan) -> Any:
                          max_t=max(t.config["epochs"] for t in plan.trials), **plan.sweep.early_stopping)
 
 
-def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> tuple[dict[str, str], bool]:
-    """Run the plan's trials on the connected Ray: (trial id -> final status, interrupted)."""
+def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> bool:
+    """Run the plan's trials on the connected Ray; True if Ctrl-C stopped them."""
     from sweep.trial import train
 
     runtime = {"data_dir": plan.data_dir, "emulated": plan.emulated, "run_dir": str(plan.store.dir),
                "row_base": plan.row_base}
-    with Interrupt() as interrupt:
-        callback = SummaryCallback(plan, interrupt, print_line)
+    with Interrupt() as interrupt, monitor.SweepView(plan, print_line) as view:
+        callback = SummaryCallback(plan, interrupt, view)
         tuner = tune.Tuner(
-            tune.with_resources(train, trial_resources),
+            monitor.labelled_trainable(train, trial_resources),  # actors named after their trial
             param_space={"trial": tune.grid_search([t.config for t in plan.trials]), "runtime": runtime},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=plan.max_concurrent, reuse_actors=False, scheduler=_scheduler(plan),
                 trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_id(t.config['trial'])}",
                 trial_dirname_creator=lambda t: trial_id(t.config["trial"])),
             run_config=tune.RunConfig(
-                name=f"tune-{plan.session}", storage_path=str(plan.store.dir), callbacks=[callback], verbose=0,
+                name=f"tune-{plan.session}", storage_path=str(plan.store.dir), callbacks=[callback, view], verbose=0,
                 stop=interrupt,  # a Stopper: stop_all() turns true on Ctrl-C
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-                failure_config=tune.FailureConfig(max_failures=0)),
+                failure_config=tune.FailureConfig(max_failures=plan.max_failures)),
         )
         tuner.fit()
-    return dict(callback.finished), interrupt.fired
+    return interrupt.fired

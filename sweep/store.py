@@ -57,7 +57,7 @@ EPOCH_SCHEMA = pa.schema({
     "steady_jitter": pa.float64(), "steady_steps": pa.int64(),
     "train_loss": pa.float64(), "train_acc": pa.float64(), "val_acc": pa.float64(),
     "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
-    "param_count": pa.int64(), "threads": pa.int64(), "ray_gpu_ids": pa.string(), "pid": pa.int64(),
+    "param_count": pa.int64(), "threads": pa.int64(), "ray_gpu_ids": pa.string(), "ray_node_id": pa.string(), "pid": pa.int64(),
     "attempt": pa.int64(), "reported_at": pa.float64(),
     **ENV_COLUMNS,
 })

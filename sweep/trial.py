@@ -39,6 +39,7 @@ def latest_checkpoint(run_dir: Path, tid: str) -> str | None:
 
 def train(config: dict[str, Any]) -> None:
     """Ray Tune function trainable. config: {"trial": TrialConfig dict, "runtime": engine settings}."""
+    import ray
     from ray import tune
 
     cfg = TrialConfig.from_dict(config["trial"])
@@ -50,11 +51,15 @@ def train(config: dict[str, Any]) -> None:
     emulated = runtime["emulated"] if runtime["emulated"] is not None else environment.real_gpu_count() == 0
     devices = assigned_devices(cfg.num_gpus, emulated)
     base = {**runtime["row_base"], **config["trial"], "trial_id": tid, "global_batch": cfg.global_batch,
-            "attempt": store.attempts(tid)}
+            "attempt": store.attempts(tid), "ray_node_id": ray.get_runtime_context().get_node_id()}
+    from sweep.monitor import TrialGauges
+
+    gauges = TrialGauges(config)  # this trial's images/s, epoch and val_acc on Ray's metrics endpoint
 
     def report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
         store.write_epoch({**base, **metrics, "status": "diverged" if metrics["diverged"] else "running",
                            "reported_at": time.time()})
+        gauges.update(metrics)
         # tune.report persists the checkpoint folder before it returns, so it may be temporary.
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
 

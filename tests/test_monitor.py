@@ -1,0 +1,435 @@
+"""Watching a sweep live (sweep/monitor.py): the console view, then a real sweep watched from outside.
+
+The end-to-end test runs tests/sweeps/watch_mxnet.yaml on an embedded Ray and, while its two trials
+train, asks the dashboard's REST API (with Ray's token, and without: 401), the state API (the actors'
+reprs name the trials), the Jobs API (the job carries the sweep's name), the metrics endpoint
+(ray_sweep_* series with the trial tags) and a headless Chromium (the Actors page, its text and a
+screenshot). Then it stops the sweep with Ctrl-C.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from cifar_files import write_cifar10
+from conftest import ROOT, SWEEPS
+
+from sweep import monitor, spec
+
+SWEEP = str(SWEEPS / "watch_mxnet.yaml")
+TRIALS = spec.load(SWEEP).trials("smoke")
+ROW_BASE = {"sweep": "watch_mxnet", "run_id": "r1"}
+
+
+# --- a terminal, as far as the live view uses one -----------------------------------------------------
+
+def screen(data: str) -> list[str]:
+    """What a terminal shows after `data`: text, newlines, CSI n F (up n lines, column 0), CSI J."""
+    lines, row = [""], 0
+    for token in re.split(r"(\x1b\[\d*[A-Za-z]|\n)", data):
+        if not token:
+            continue
+        csi = re.fullmatch(r"\x1b\[(\d*)([A-Za-z])", token)
+        if csi:
+            assert csi.group(2) in "FJ", f"unexpected escape {token!r}"
+            if csi.group(2) == "F":
+                row = max(row - int(csi.group(1) or 1), 0)
+            else:
+                del lines[row + 1:]
+                lines[row] = ""
+        elif token == "\n":
+            row += 1
+            if row == len(lines):
+                lines.append("")
+        else:
+            lines[row] += token
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+class FakeStore:
+    def __init__(self, finished: dict[str, str] | None = None) -> None:
+        self._finished = finished or {}
+
+    def finished(self) -> dict[str, str]:
+        return dict(self._finished)
+
+    def trials(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame({"trial_id": list(self._finished), "gpu_hours": [0.5] * len(self._finished)})
+
+
+def plan_of(trials: list[Any], total: int | None = None, finished: dict[str, str] | None = None) -> Any:
+    return SimpleNamespace(sweep=SimpleNamespace(name="watch_mxnet"), trials=trials, total=total or len(trials),
+                           store=FakeStore(finished), row_base=ROW_BASE)
+
+
+def tune_trial(t: Any) -> Any:
+    return SimpleNamespace(config={"trial": t.config, "runtime": {"row_base": ROW_BASE}})
+
+
+def result(epoch: int, images: float = 123.4, acc: float | None = 0.5) -> dict[str, Any]:
+    return {"epoch": epoch, "images_per_sec": images, "epoch_time_s": 2.5, "val_acc": acc}
+
+
+# --- units ----------------------------------------------------------------------------------------------
+
+def test_trial_actors_carry_the_trial_label_in_their_repr() -> None:
+    def train(config: dict) -> None:
+        pass
+
+    t = TRIALS[0]
+    config = {"trial": t.config, "runtime": {"row_base": ROW_BASE}}
+    cls = monitor.labelled_trainable(train, lambda c: ("pg", c["trial"]["num_gpus"]))
+    # Ray records an actor's repr when the actor class itself defines __repr__.
+    assert "__repr__" in cls.__dict__ and cls.__qualname__ == "SweepTrial"
+    label = cls.__repr__(SimpleNamespace(config=config))
+    assert label == f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.config['batch_per_gpu']} lr=0.05"
+    assert cls.default_resource_request(config) == ("pg", 1)
+
+
+def test_the_job_carries_the_sweep_name() -> None:
+    options = monitor.init_options("watch_mxnet")
+    assert options["job_config"].metadata["job_name"] == "watch_mxnet"
+    assert monitor.init_options(None) == {}
+
+
+def test_plain_output_is_one_line_per_epoch_and_per_ended_trial() -> None:
+    lines: list[str] = []
+    a, b = TRIALS
+    with monitor.SweepView(plan_of(TRIALS), lines.append, live=False) as view:
+        view.on_trial_start(0, [], tune_trial(a))
+        view.on_trial_start(0, [], tune_trial(b))
+        view.on_trial_result(0, [], tune_trial(a), result(0))
+        view.on_trial_result(0, [], tune_trial(a), result(0))  # Tune repeats a trial's last result
+        for _ in range(20):
+            view.on_step_end(0, [])
+        view.ended(a.config, "completed")
+        view.on_trial_complete(0, [], tune_trial(a))
+        view.on_trial_result(0, [], tune_trial(b), result(0, 99.0, None))
+        view.ended(b.config, "failed", "ValueError: boom")
+    assert lines[0] == "  mxnet resnet8_cifar gpus=1 batch=8 lr=0.05  epoch 1/30: 123 img/s, 2.5 s, val_acc 0.500"
+    assert lines[1].startswith("[1/2] mxnet resnet8_cifar gpus=1 batch=8 lr=0.05: completed; sweep ETA ")
+    assert lines[2] == "  mxnet resnet8_cifar gpus=1 batch=16 lr=0.05  epoch 1/30: 99 img/s, 2.5 s"
+    assert lines[3] == "[2/2] mxnet resnet8_cifar gpus=1 batch=16 lr=0.05: failed (ValueError: boom)"
+    assert len(lines) == 4
+    assert view.progress.counts() == {"done": 1, "running": 0, "failed": 1, "pending": 0}
+
+
+def test_live_view_redraws_one_table_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("LINES", "40")
+    out = io.StringIO()
+    a, b = TRIALS
+    view = monitor.SweepView(plan_of(TRIALS, total=3), out=out, live=True)
+    with view:
+        view.on_trial_start(0, [], tune_trial(a))
+        view.on_trial_start(0, [], tune_trial(b))
+        for epoch in range(5):
+            view.on_trial_result(0, [], tune_trial(a), result(epoch, 100.0 + epoch, 0.25))
+            view.on_trial_result(0, [], tune_trial(b), result(epoch, 50.0))
+        shown = screen(out.getvalue())
+        assert len(shown) == 4, shown  # header, two trials, the bar: epochs did not scroll
+        assert shown[0].split() == ["trial", "epoch", "img/s", "val_acc", "time"]
+        row = next(line for line in shown if f"watch_mxnet-{a.trial_id}" in line)
+        assert "gpus=1 batch=8 lr=0.05" in row and " 5/30 " in row and "104.0" in row and "0.250" in row
+        assert re.match(r"\[-+\] 0/3 trials  2 running  0 failed  1 pending  elapsed \d+:\d\d  ETA \d+:\d\d$", shown[-1])
+        view.ended(a.config, "completed")
+        view.on_trial_complete(0, [], tune_trial(a))
+    shown = screen(out.getvalue())
+    assert shown[0] == "[1/3] mxnet resnet8_cifar gpus=1 batch=8 lr=0.05: completed"  # stays, above the view
+    assert not any("epoch" in line for line in shown)
+    assert shown[-1].startswith("[##########--------------------] 1/3 trials  0 running  0 failed  2 pending")
+
+
+def test_live_view_keeps_other_prints_above_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    monkeypatch.delenv("SWEEP_PROGRESS", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    with monitor.SweepView(plan_of(TRIALS)) as view:
+        view.on_trial_start(0, [], tune_trial(TRIALS[0]))
+        print("interrupted: stopping the running trials", flush=True)
+    assert sys.stdout is terminal
+    shown = screen(terminal.getvalue())
+    assert shown[0] == "interrupted: stopping the running trials"
+    assert shown[-1].startswith("[---") and "0 running" in shown[-1]  # a stopped trial is pending again
+    monkeypatch.setenv("SWEEP_PROGRESS", "plain")
+    assert not monitor.live_wanted(terminal)
+
+
+def test_eta_comes_from_measured_trial_durations() -> None:
+    now = 1000.0
+    p = monitor.Progress(total=1)
+    assert p.eta(now) is None  # nothing measured yet
+    a = monitor.Running("a", {"epochs": 3, "num_gpus": 2}, started=now - 5, epoch=1, first=0, last_epoch_at=now - 1)
+    p.running["a"] = a
+    assert p.eta(now) == pytest.approx(4 * 2 - 1)  # 4 s per epoch measured, 2 epochs to go, 1 s into the next
+    p.total = 6
+    p.running["b"] = monitor.Running("b", {"epochs": 3, "num_gpus": 1}, started=now - 2)
+    p.ended = {"x": "completed", "y": "failed"}
+    p.durations = [10.0, 20.0]
+    p.peak_running = 2
+    # a: 7 s left; b: the mean duration (15 s) less its 2 s; 2 pending trials of 15 s; on 2 slots.
+    assert p.eta(now) == pytest.approx((7 + 13 + 2 * 15) / 2)
+    assert p.counts() == {"done": 1, "running": 2, "failed": 1, "pending": 2}
+    p.gpu_hours_before, p.held = 0.5, [3600.0]
+    assert p.gpu_hours(now) == pytest.approx(0.5 + 1 + (2 * 5 + 1 * 2) / 3600)
+
+
+def test_a_resumed_run_counts_the_trials_of_its_earlier_sessions() -> None:
+    a, b = TRIALS
+    view = monitor.SweepView(plan_of([b], total=3, finished={a.trial_id: "completed", "zz": "oom"}), live=False)
+    assert view.progress.counts() == {"done": 1, "running": 0, "failed": 1, "pending": 1}
+    assert view.progress.gpu_hours(0) == pytest.approx(1.0)
+
+
+# --- a real sweep, watched from outside ---------------------------------------------------------------------
+
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)\{(?P<labels>.*)\} (?P<value>\S+)$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """The samples of one metric in Prometheus text format: (labels, value)."""
+    found = []
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m and m["name"] == name:
+            found.append((dict(LABEL.findall(m["labels"])), float(m["value"])))
+    return found
+
+
+def ray_token() -> str:
+    """The token Ray uses here, read where Ray reads it."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"]
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").read_text().strip()
+
+
+def get(url: str, token: str | None = None, timeout: float = 20) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def poll(what: str, check: Any, timeout: float, every: float = 1.0) -> Any:
+    deadline = time.time() + timeout
+    last: Any = None
+    while time.time() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {str(last)[:2000]})")
+
+
+class Output:
+    """A process's merged output, read as it comes."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.thread.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def match(self, pattern: str) -> re.Match | None:
+        return next((m for line in list(self.lines) if (m := re.search(pattern, line))), None)
+
+
+def chromium_binary() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if not found:
+        pytest.fail("no chromium: .ci/run installs Debian's `chromium` (apt-get install chromium)")
+    return found
+
+
+async def _browse(port: int, dashboard: str, token: str, page: str, wanted: list[str], png: Path,
+                  timeout: float) -> str:
+    """Drive the browser over the DevTools protocol: the login cookie, the page, its text, a screenshot."""
+    import aiohttp
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+        ws_url = next(p["webSocketDebuggerUrl"] for p in json.loads(r.read()) if p["type"] == "page")
+    async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
+        ids = iter(range(1, 1_000_000))
+
+        async def call(method: str, **params: Any) -> dict[str, Any]:
+            n = next(ids)
+            await ws.send_json({"id": n, "method": method, "params": params})
+            async for msg in ws:
+                data = json.loads(msg.data)
+                if data.get("id") == n:
+                    if "error" in data:
+                        raise RuntimeError(f"{method}: {data['error']}")
+                    return data.get("result", {})
+            raise RuntimeError("the browser closed the DevTools connection")
+
+        # What the dashboard's token dialog does: POST /api/authenticate sets this HttpOnly cookie.
+        assert (await call("Network.enable")) is not None
+        ok = await call("Network.setCookie", name="ray-authentication-token", value=token, url=dashboard,
+                        httpOnly=True, sameSite="Strict")
+        assert ok.get("success"), ok
+        await call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
+        await call("Page.navigate", url=dashboard + page)
+        deadline, text = time.time() + timeout, ""
+        while time.time() < deadline:
+            value = await call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
+                               returnByValue=True)
+            text = value["result"].get("value") or ""
+            if all(w in text for w in wanted):
+                await asyncio.sleep(1)  # let the table settle before the picture
+                break
+            await asyncio.sleep(1)
+        shot = await call("Page.captureScreenshot", format="png")
+        png.write_bytes(base64.b64decode(shot["data"]))
+        return text
+
+
+def browse(dashboard: str, token: str, page: str, wanted: list[str], png: Path, timeout: float = 60) -> str:
+    """Headless Chromium on a dashboard page, logged in with the token: the page's text (and png)."""
+    profile = Path(tempfile.mkdtemp(prefix="chromium-"))
+    log = open(profile / "chromium.log", "w")
+    browser = subprocess.Popen(
+        [chromium_binary(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-port=0",
+         "--window-size=1600,1000", "about:blank"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        active = profile / "DevToolsActivePort"
+        poll("chromium's DevTools port", lambda: active.exists() and active.read_text().strip()
+             or browser.poll() is not None and pytest.fail((profile / "chromium.log").read_text()[-2000:]),
+             timeout=60, every=0.2)
+        port = int(active.read_text().split()[0])
+        return asyncio.run(_browse(port, dashboard, token, page, wanted, png, timeout))
+    finally:
+        if browser.poll() is None:
+            os.killpg(browser.pid, signal.SIGKILL)  # the browser and its helper processes, only those
+        browser.wait(timeout=30)
+        log.close()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(tmp_path: Path) -> None:
+    data = write_cifar10(tmp_path / "data")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for key in ("RAY_ADDRESS", "SWEEP_PROGRESS"):
+        env.pop(key, None)
+    labels = {t.trial_id: f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.config['batch_per_gpu']} "
+                          f"lr=0.05" for t in TRIALS}
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(tmp_path / "results"),
+                             "--data-dir", str(data)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, start_new_session=True)
+    out = Output(proc)
+    try:
+        def started() -> re.Match | None:
+            assert proc.poll() is None, "the sweep ended early:\n" + out.text[-3000:]
+            return out.match(r"^Ray metrics: (http://\S+)")
+
+        metrics_url = poll("the metrics line", started, timeout=120)[1]
+        dashboard = out.match(r"^Ray dashboard: (http://\S+) \(token auth on: .*~/\.ray/auth_token")
+        assert dashboard, out.text
+        dashboard = dashboard[1]
+        assert re.match(r"http://127\.0\.0\.1:\d+$", dashboard), dashboard  # embedded: bound to localhost
+        token = ray_token()
+        assert token not in out.text  # where the token is, never the token
+
+        # The REST API wants the token: 401 without it.
+        status, _ = get(f"{dashboard}/api/v0/actors")
+        assert status == 401
+        status, _ = get(f"{dashboard}/api/v0/actors", token="not-the-token")
+        assert status in (401, 403)
+
+        # The state API lists the trials' actors under their trial labels.
+        def actors() -> list[dict] | None:
+            code, body = get(f"{dashboard}/api/v0/actors?detail=true&limit=1000", token)
+            assert code == 200, body[:500]
+            found = json.loads(body)["data"]["result"]["result"]
+            alive = {a["repr_name"] for a in found if a["state"] == "ALIVE"}
+            return found if set(labels.values()) <= alive else None
+
+        found = poll("both trials' actors, named", actors, timeout=90, every=2)
+        assert {a["class_name"] for a in found if a["repr_name"] in labels.values()} == {"SweepTrial"}
+
+        # The job carries the sweep's name (the Jobs view's Name column).
+        code, body = get(f"{dashboard}/api/jobs/", token)
+        assert code == 200
+        jobs = [j for j in json.loads(body) if (j.get("metadata") or {}).get("job_name") == "watch_mxnet"]
+        assert jobs and jobs[0]["status"] == "RUNNING", body[:2000]
+
+        # The metrics endpoint shows the sweep's series with the trial tags.
+        def metrics() -> str | None:
+            code, text = get(metrics_url)
+            assert code == 200
+            images = samples(text, "ray_sweep_images_per_sec")
+            running = [v for tags, v in samples(text, "ray_sweep_trials") if tags.get("state") == "running"]
+            ok = all(any(tags.get("trial") == tid and v > 0 for tags, v in images) for tid in labels)
+            return text if ok and running else None
+
+        text = poll("ray_sweep_images_per_sec for both trials", metrics, timeout=90, every=2)
+        for t in TRIALS:
+            want = {"sweep": "watch_mxnet", "trial": t.trial_id, "framework": "mxnet", "model": "resnet8_cifar",
+                    "num_gpus": "1", "batch": str(t.config["batch_per_gpu"])}
+            for name in ("ray_sweep_images_per_sec", "ray_sweep_epoch", "ray_sweep_val_acc"):
+                assert any(want.items() <= tags.items() for tags, _ in samples(text, name)), (name, want)
+        states = {tags["state"]: v for tags, v in samples(text, "ray_sweep_trials") if tags.get("sweep") == "watch_mxnet"}
+        assert set(states) == {"done", "running", "failed", "pending"} and sum(states.values()) == len(TRIALS)
+        assert [v for tags, v in samples(text, "ray_sweep_gpu_hours") if tags.get("sweep") == "watch_mxnet"][0] > 0
+
+        # A browser, logged in with the token, sees the trials on the Actors page.
+        png = tmp_path / "dashboard.png"
+        page = browse(dashboard, token, "/#/actors", list(labels.values()), png)
+        for label in labels.values():
+            assert label in page, page[:3000]
+        assert "SweepTrial" in page and "ALIVE" in page
+        assert png.stat().st_size > 10_000
+        try:
+            shutil.copy(png, "/tmp/dashboard.png")
+        except OSError:
+            pass
+
+        # Ctrl-C: the sweep stops its trials and says how to resume.
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+        out.thread.join(timeout=10)
+        assert proc.returncode == 130, out.text[-3000:]
+        assert "interrupted" in out.text and "resume with" in out.text
+        assert "\x1b[" not in out.text  # not a terminal: plain lines
+        assert re.search(r"^  mxnet resnet8_cifar gpus=1 batch=8 lr=0\.05  epoch 1/30: \d+ img/s", out.text, re.M)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started, only those
+            proc.wait(timeout=60)
