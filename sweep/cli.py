@@ -110,8 +110,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainables.data import DataError
+    from sweep.cluster import ClusterError
     from sweep.store import StoreError
+    from trainables.data import DataError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             from sweep.report import cmd_report  # pandas and matplotlib load only for a report
             return cmd_report(args)
         return launch.cmd_run(args, argv)
-    except (UsageError, SpecError, DataError, StoreError) as e:
+    except (UsageError, SpecError, DataError, StoreError, ClusterError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

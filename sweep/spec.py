@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +31,17 @@ SCALES = ("smoke", "full")
 TOP_KEYS = {"name", "description", "seed_ref", "fixed", "grid", "include", "scales", "target_acc", "early_stopping"}
 EARLY_STOPPING_KEYS = {"grace_period": 1, "reduction_factor": 2}  # key -> smallest value
 SECTION_KEYS = {"fixed", "grid", "include"}
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e-4 as text; sweep files mean a number (lr, weight_decay), as YAML 1.2 does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a sweep's name is a folder under --results
 
 
 class SpecError(Exception):
@@ -160,7 +172,7 @@ def parse(text: str, path: Path) -> Sweep:
     """Validate a sweep file's text; `path` names it in messages (and gives the default name)."""
     where = str(path)
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -194,6 +206,8 @@ def _check_top(where: str, raw: dict[str, Any]) -> None:
     for key in ("name", "seed_ref"):
         if key in raw and not isinstance(raw[key], str):
             raise SpecError(f"{where}: {key}: expected a text")
+    if "name" in raw and not NAME.match(raw["name"]):
+        raise SpecError(f"{where}: name: expected letters, digits, '_', '.' or '-' (it names a results folder), got {raw['name']!r}")
     if "target_acc" in raw and _number(0, 1, lo_open=True)(raw["target_acc"]):
         raise SpecError(f"{where}: target_acc: expected a number in (0, 1]")
     early = raw.get("early_stopping")

@@ -218,3 +218,10 @@ def run_dirs(results: Path, sweep: str) -> list[Path]:
     """A sweep's runs, oldest first (run ids sort by start time)."""
     folder = results / sweep
     return sorted(p for p in folder.iterdir() if (p / "run.json").exists()) if folder.is_dir() else []
+
+
+def read_runs(results: Path, sweep: str, table: str = "epochs") -> pd.DataFrame:
+    """Every run of a sweep as one frame ("epochs" or "trials"); rows carry their run_id."""
+    schema = EPOCH_SCHEMA if table == "epochs" else TRIAL_SCHEMA
+    frames = [_read_dir(run_dir / table, schema) for run_dir in run_dirs(Path(results), sweep)]
+    return pd.concat(frames, ignore_index=True) if frames else schema.empty_table().to_pandas()

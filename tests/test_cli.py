@@ -43,3 +43,14 @@ def test_bad_option_is_one_line_and_exit_2() -> None:
         out = run_cli(*args, timeout=60)
         assert out.returncode == 2, out
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_unreachable_cluster_is_one_line_within_seconds(tmp_path) -> None:
+    import time
+
+    t0 = time.time()
+    out = run_cli("resnet50_lr_scaling", "--address", "127.0.0.1:1", "--scale", "smoke", "--results", str(tmp_path / "r"),
+                  timeout=60)
+    assert time.time() - t0 < 30
+    assert out.returncode == 2 and "127.0.0.1:1" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

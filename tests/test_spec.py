@@ -119,6 +119,7 @@ BAD_SPECS = [
     ("bad scale override", GOOD + "scales: {smoke: {fixed: {epochs: -1}}}\n", "scales.smoke.fixed.epochs: expected an integer >= 1"),
     ("bad early stopping", GOOD + "early_stopping: {grace_period: 0}\n", "early_stopping.grace_period: expected an integer >= 1"),
     ("warm-up too long", GOOD.replace("lr: 0.1", "lr: 0.1, warmup_epochs: 3"), "warmup_epochs: expected fewer than epochs"),
+    ("unsafe name", GOOD + "name: ../../etc\n", "name: expected letters, digits"),
     ("engine-only key", GOOD.replace("lr: 0.1", "lr: 0.1, data_dir: /x"), "unknown setting 'data_dir' (set by the engine)"),
 ]
 
@@ -137,6 +138,13 @@ def test_good_spec_loads(tmp_path: Path) -> None:
     path = tmp_path / "good.yaml"
     path.write_text(GOOD)
     assert len(spec.load(str(path)).trials("full")) == 1
+
+
+def test_scientific_notation_is_a_number(tmp_path: Path) -> None:
+    path = tmp_path / "sci.yaml"
+    path.write_text(GOOD.replace("lr: 0.1", "lr: 1e-3, weight_decay: 5E-4"))
+    config = spec.load(str(path)).trials("full")[0].config
+    assert config["lr"] == 0.001 and config["weight_decay"] == 0.0005
 
 
 @pytest.mark.parametrize("case", ["malformed yaml", "unknown model", "lr <= 0"])

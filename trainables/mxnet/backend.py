@@ -34,7 +34,8 @@ class Backend:
                                      {"learning_rate": cfg.lr, "momentum": cfg.momentum, "wd": cfg.weight_decay},
                                      kvstore=cfg.kvstore)
         self.loss = gluon.loss.SoftmaxCrossEntropyLoss()
-        self.memory = NvmlPeakMemory(list(range(devices.count))) if on_gpu else None
+        # NVML numbers GPUs physically, as Ray's ids do; CUDA_VISIBLE_DEVICES renumbers them for MXNet only.
+        self.memory = NvmlPeakMemory([int(i) for i in devices.ray_gpu_ids]) if on_gpu else None
         # Shapes are fixed before the first step: run one forward pass so parameters exist.
         self.net(mx.nd.zeros((1, 3, image_size, image_size), ctx=self.ctx[0]))
 
