@@ -43,7 +43,8 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()) - {"data_dir"}
 ENV_COLUMNS: dict[str, pa.DataType] = {
     "hostname": pa.string(), "device_kind": pa.string(), "gpu_model": pa.string(), "gpu_count": pa.int64(),
-    "gpu_driver": pa.string(), "cuda_version": pa.string(), "cpu_model": pa.string(), "cpu_count": pa.int64(),
+    "gpu_driver": pa.string(), "cuda_version": pa.string(), "cudnn_version": pa.string(),
+    "cpu_model": pa.string(), "cpu_count": pa.int64(),
     "framework_version": pa.string(), "python_version": pa.string(), "numpy_version": pa.string(),
     "os": pa.string(), "ray_version": pa.string(), "engine_version": pa.string(), "git_commit": pa.string(),
 }

@@ -35,6 +35,7 @@ class Backend(Protocol):
     """What a framework folder provides (trainables/<framework>/backend.py: class Backend)."""
 
     framework_version: str
+    cudnn_version: str | None  # the cuDNN the framework was built with, where it says
     layout: str  # "NCHW" or "NHWC": the layout put() expects
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None: ...
@@ -114,6 +115,7 @@ def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: 
         "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0),
         "pid": os.getpid(),
         **environment.capture(devices.kind, devices.count),
+        "cudnn_version": backend.cudnn_version if devices.kind == "gpu" else None,
     }
     for epoch in range(start_epoch, cfg.epochs):
         lr = lr_at(cfg, epoch)

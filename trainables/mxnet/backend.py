@@ -18,6 +18,7 @@ from trainables.measure import NvmlPeakMemory
 class Backend:
     layout = "NCHW"
     framework_version = f"mxnet {mx.__version__}"
+    cudnn_version = None  # MXNet reports whether it has cuDNN, not which
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         mx.random.seed(cfg.seed)

@@ -17,6 +17,7 @@ SUM = tf.distribute.ReduceOp.SUM
 class Backend:
     layout = "NHWC"
     framework_version = f"tensorflow {tf.__version__}"
+    cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         n = devices.count

@@ -1,0 +1,51 @@
+"""Trial order: the dispatch simulation, duration estimates, and an order never worse than the grid's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweep import packing, store
+from sweep.spec import Trial
+
+
+def trial(tid: str, gpus: int, **config) -> Trial:
+    base = {"num_gpus": gpus, "cpus_per_trial": 1, "model": "resnet20_cifar", "image_size": None,
+            "steps_per_epoch": 10, "batch_per_gpu": 32, "epochs": 1}
+    return Trial(tid, {**base, **config})
+
+
+def test_in_order_dispatch_waits_for_a_trial_that_does_not_fit() -> None:
+    trials = [trial("a", 8), trial("b", 8), trial("c", 1)]
+    seconds = {"a": 10.0, "b": 10.0, "c": 1.0}
+    # One 8-GPU node: a runs, b waits for it, and c waits behind b (Tune dispatches in order).
+    assert packing.simulate(trials, seconds, [8], [64]) == 21.0
+    assert packing.simulate([trials[2], trials[0], trials[1]], seconds, [8], [64]) == 21.0
+    assert packing.simulate(trials, seconds, [8, 8], [64, 64]) == 11.0  # two nodes: c waits for a free one
+    assert packing.lower_bound(trials, seconds, 16) == (8 * 10 + 8 * 10 + 1) / 16
+
+
+def test_order_is_never_worse_than_the_grid_and_beats_it_on_a_mixed_grid() -> None:
+    trials, seconds = [], {}
+    for gpus, count, duration in [(1, 6, 6.0), (2, 5, 5.0), (4, 4, 6.0), (8, 3, 8.0)]:
+        for i in range(count):
+            trials.append(trial(f"g{gpus}-{i}", gpus))
+            seconds[f"g{gpus}-{i}"] = duration
+    grid = packing.simulate(trials, seconds, [8, 8], [64, 64])
+    ordered, how, makespan = packing.order(trials, seconds, [8, 8], [64, 64])
+    assert sorted(t.trial_id for t in ordered) == sorted(seconds)
+    assert makespan == packing.simulate(ordered, seconds, [8, 8], [64, 64]) < grid
+    assert makespan / packing.lower_bound(trials, seconds, 16) <= 1.10
+    assert packing.order(trials, seconds, [8, 8], [64, 64])[0] == ordered  # deterministic
+
+
+def test_estimates_come_from_earlier_runs_else_the_model(tmp_path: Path) -> None:
+    full = {"steps_per_epoch": None}  # a whole epoch: more GPUs share the same images
+    small, big, other = trial("s", 1, **full), trial("b", 1, model="resnet50_v1", image_size=32, **full), trial("o", 2, **full)
+    meta = {"sweep": "x", "run_id": "r1", "scale": "full", "trials": ["s"], "sessions": []}
+    run = store.RunStore.create(tmp_path, "x", "r1", meta, "description: x\n")
+    run.finish_trial({"sweep": "x", "run_id": "r1", "trial_id": "s", "status": "completed", "wall_time_s": 30.0}, [])
+    seconds = packing.estimate([small, big, other], packing.measured_seconds(tmp_path, "x"))
+    assert seconds["s"] == 30.0  # measured
+    assert seconds["b"] > seconds["s"]  # ResNet-50 costs more per image than ResNet-20
+    assert seconds["o"] == pytest.approx(seconds["s"] / 2)
