@@ -188,4 +188,5 @@ def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> bool:
                 failure_config=tune.FailureConfig(max_failures=plan.max_failures)),
         )
         tuner.fit()
+    plan.store.compact(set(plan.store.finished()))
     return interrupt.fired

@@ -143,3 +143,29 @@ def test_corrupt_parquet_in_a_run_is_named_and_loses_nothing(tmp_path: Path) -> 
     assert out.returncode == 2 and "zz.parquet" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert (run.epochs_dir / "a.parquet").read_bytes() == before
     assert pd.read_parquet(run.epochs_dir / "a.parquet").images_per_sec.tolist() == [5.0]
+
+
+def test_compaction_keeps_every_row_once_and_a_replay_still_replaces(tmp_path: Path) -> None:
+    meta = {"sweep": "s", "run_id": "r", "scale": "smoke", "trials": ["a", "b", "c"], "sessions": []}
+    run = store.RunStore.create(tmp_path, "s", "r", meta, "description: x\n")
+    clock = iter(range(100))
+    for trial, epochs in (("a", 3), ("b", 2), ("c", 2)):
+        for epoch in range(epochs):
+            run.write_epoch({"run_id": "r", "trial_id": trial, "epoch": epoch, "images_per_sec": 1.0,
+                             "reported_at": float(next(clock))})
+    run.write_epoch({"run_id": "r", "trial_id": "a", "epoch": 1, "images_per_sec": 2.0, "reported_at": float(next(clock))})
+    run.compact({"a", "b"})  # c is still running: its file stays its own
+    names = sorted(p.name for p in run.epochs_dir.iterdir())
+    assert len(names) == 2 and names[0] == "c.parquet" and names[1].startswith("part-")
+    plain = pd.read_parquet(run.epochs_dir)  # the documented one-liner: each row once
+    assert len(plain) == 7 and not plain.duplicated(["trial_id", "epoch"]).any()
+    assert plain.set_index(["trial_id", "epoch"]).loc[("a", 1), "images_per_sec"] == 2.0
+    # A trial retried after compaction replays an epoch: the newer row wins everywhere it is read.
+    fresh = store.RunStore(run.dir)
+    fresh.write_epoch({"run_id": "r", "trial_id": "b", "epoch": 1, "images_per_sec": 3.0, "reported_at": 1000.0})
+    rows = fresh.epochs().set_index(["trial_id", "epoch"])
+    assert len(rows) == 7 and rows.loc[("b", 1), "images_per_sec"] == 3.0
+    assert [r["images_per_sec"] for r in fresh.trial_epochs("b")] == [1.0, 3.0]
+    fresh.compact({"a", "b", "c"})
+    assert len(list(run.epochs_dir.iterdir())) == 1
+    assert len(pd.read_parquet(run.epochs_dir)) == 7

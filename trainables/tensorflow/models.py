@@ -19,12 +19,17 @@ def _pair(v) -> tuple[int, int]:
 
 
 def _conv(x, channels: int, kernel, stride: int, pad=None, bias: bool = False, activation=None):
-    # Explicit symmetric padding, as MXNet pads: Keras' "same" pads stride-2 convs asymmetrically.
+    # Symmetric padding, as MXNet pads. At stride 1 with pad = kernel // 2 that is Keras' "same",
+    # done inside the convolution; elsewhere ("same" pads stride-2 convs asymmetrically) an explicit
+    # ZeroPadding2D, which costs a copy of the activations.
     kernel = _pair(kernel)
     ph, pw = (kernel[0] // 2, kernel[1] // 2) if pad is None else _pair(pad)
-    if ph or pw:
+    padding = "valid"
+    if stride == 1 and (ph, pw) == (kernel[0] // 2, kernel[1] // 2) and kernel[0] % 2 and kernel[1] % 2:
+        padding = "same"
+    elif ph or pw:
         x = layers.ZeroPadding2D(((ph, ph), (pw, pw)))(x)
-    return layers.Conv2D(channels, kernel, stride, padding="valid", use_bias=bias, activation=activation,
+    return layers.Conv2D(channels, kernel, stride, padding=padding, use_bias=bias, activation=activation,
                          kernel_initializer=_kernel_init())(x)
 
 

@@ -1,0 +1,167 @@
+"""Engine vs raw loop: what running a trial through the sweep engine (Ray Tune) costs in images/s.
+
+For each configuration (framework x GPU count x data kind, same model, batch and threads on both
+sides) it runs, alternately, several times:
+
+  raw     python -m trainables.local CONFIG_JSON [--data-dir DIR]
+          trainables.loop.run_trial in one plain process, no Ray; OMP_NUM_THREADS = cpus_per_trial
+  engine  python -m sweep ONE_TRIAL.yaml --results DIR --data-dir DIR --scale full
+          the real CLI: embedded Ray, Tune, a placement group, the trial writing its Parquet rows
+
+and compares steady-state images/s (the loop's own step timer: warm-up steps dropped, mean of
+per-step rates; per trial the step-weighted mean over epochs, as the store's summary row has it).
+Raw figures come from the loop's JSON lines, engine figures from the Parquet the engine wrote
+(RUN_DIR/trials, checked against RUN_DIR/epochs). The order of the two sides flips every round,
+so a drift in machine load hits both. Reported: medians over rounds, spread (max-min over median)
+and ratio = median(engine) / median(raw); per framework the geometric mean of its configurations'
+ratios. Goal: >= 0.98 for both frameworks.
+
+"Real" data is CIFAR-10 in its on-disk format (cifar-10-batches-py/), written to a temp folder by
+tests/cifar_files.py's writer (no download), so the real input pipeline (unpickle, augment,
+prefetch thread, host->device copy) runs. Without GPUs, GPU counts are emulated CPU devices on both
+sides (device_kind cpu-emulated): a test of the engine's overhead, not of GPU speed.
+
+Run (from the repository root):
+
+  .venv/bin/python benchmarks/engine_vs_raw.py          # 1 device, synthetic, both frameworks, 3 rounds: ~4-5 min
+  .venv/bin/python benchmarks/engine_vs_raw.py --configs 1:synthetic,2:synthetic,1:real,2:real   # ~15-20 min
+  .venv/bin/python benchmarks/engine_vs_raw.py --frameworks mxnet --model resnet20_cifar
+
+Each engine run starts and stops its own embedded Ray (~15 s of the wall time on 2 cores, outside
+the timed steps), which is why the default matrix is small; --configs gives the full one.
+
+Other processes loading the CPU while it runs widen the spread: look at the spread column, and
+repeat (--repeats) when it is wide.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import (PYTHON, ROOT, geomean, load_average, machine, median, run_engine, run_raw, spread, sweep_yaml,
+                     table, write_cifar_like)
+
+GOAL = 0.98
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--frameworks", default="mxnet,tensorflow", help="comma-separated (default: both)")
+    p.add_argument("--configs", default="1:synthetic",
+                   help="comma-separated NUM_GPUS:DATA, DATA synthetic or real (default: 1:synthetic; "
+                        "the full matrix: 1:synthetic,2:synthetic,1:real,2:real)")
+    p.add_argument("--model", default="resnet8_cifar")
+    p.add_argument("--batch-per-gpu", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--steps-per-epoch", type=int, default=30)
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--cpus-per-trial", type=int, default=1, help="threads on both sides (default 1)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds; each runs every config once on each side")
+    p.add_argument("--keep", action="store_true", help="keep the temp folder (sweep files, Parquet)")
+    return p.parse_args(argv)
+
+
+def trial_config(args: argparse.Namespace, framework: str, num_gpus: int, data: str) -> dict:
+    return {
+        "framework": framework, "model": args.model, "num_gpus": num_gpus, "batch_per_gpu": args.batch_per_gpu,
+        "epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch, "warmup_steps": args.warmup_steps,
+        "lr": 0.05, "data": "synthetic" if data == "synthetic" else "cifar10", "val_examples": 128,
+        "cpus_per_trial": args.cpus_per_trial, "seed": 0,
+    }
+
+
+def check_same(raw_epochs: list[dict], engine_epochs: list[dict], label: str) -> None:
+    """Both sides ran the same loop: same steps, data kind, input size, threads and parameters."""
+    for key in ("steps", "data_kind", "image_size", "threads", "param_count", "steady_steps", "device_kind"):
+        a, b = [e[key] for e in raw_epochs], [e[key] for e in engine_epochs]
+        if a != b:
+            raise SystemExit(f"{label}: raw and engine differ in {key}: {a} vs {b}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    frameworks = [f for f in args.frameworks.split(",") if f]
+    configs = []
+    for item in args.configs.split(","):
+        gpus, data = item.split(":")
+        if data not in ("synthetic", "real"):
+            raise SystemExit(f"--configs: data must be synthetic or real, got {data}")
+        configs.append((int(gpus), data))
+    cases = [(f, g, d) for f in frameworks for g, d in configs]
+    started = time.time()
+    print(f"engine vs raw: {args.model}, batch {args.batch_per_gpu}/device, {args.epochs} epochs x "
+          f"{args.steps_per_epoch} steps, {args.warmup_steps} warm-up steps, {args.cpus_per_trial} thread(s), "
+          f"{args.repeats} rounds")
+    print(f"machine: {machine()}; load average at start: {load_average()}")
+    print("reproduce: " + shlex.join([".venv/bin/python", "benchmarks/engine_vs_raw.py", *(argv if argv is not None else sys.argv[1:])]))
+
+    tmp = Path(tempfile.mkdtemp(prefix="engine_vs_raw-"))
+    max_global = args.batch_per_gpu * max(g for g, _ in configs)
+    data_dir = write_cifar_like(tmp / "cifar", train_images=max_global * args.steps_per_epoch + 5 * 16)
+    results: dict[tuple, dict[str, list[float]]] = {c: {"raw": [], "engine": [], "raw_wall": [], "engine_wall": []}
+                                                    for c in cases}
+    commands: dict[tuple, dict[str, str]] = {}
+    for rnd in range(args.repeats):
+        for i, case in enumerate(cases):
+            framework, gpus, data = case
+            cfg = trial_config(args, framework, gpus, data)
+            ddir = data_dir if data == "real" else None
+            label = f"{framework} {gpus} dev {data}"
+            order = ("raw", "engine") if (rnd + i) % 2 == 0 else ("engine", "raw")
+            runs = {}
+            for side in order:
+                if side == "raw":
+                    runs[side] = run_raw(cfg, ddir)
+                else:
+                    runs[side] = run_engine(cfg, ddir, tmp / f"engine-{framework}-{gpus}-{data}-{rnd}")
+                results[case][side].append(runs[side].steady)
+                results[case][side + "_wall"].append(runs[side].wall_s)
+            check_same(runs["raw"].epochs, runs["engine"].epochs, label)
+            commands[case] = {s: r.command for s, r in runs.items()}
+            print(f"  round {rnd + 1}/{args.repeats} {label:<28} raw {runs['raw'].steady:7.1f}  "
+                  f"engine {runs['engine'].steady:7.1f} img/s  (order {'/'.join(order)}, "
+                  f"threads {runs['raw'].epochs[0]['threads']}, load {load_average()})", flush=True)
+
+    rows, ratios = [], {f: [] for f in frameworks}
+    for case in cases:
+        framework, gpus, data = case
+        r = results[case]
+        ratio = median(r["engine"]) / median(r["raw"])
+        ratios[framework].append(ratio)
+        paired = median([e / w for e, w in zip(r["engine"], r["raw"])])
+        rows.append([framework, str(gpus), data, f"{median(r['raw']):.1f}", spread(r["raw"]),
+                     f"{median(r['engine']):.1f}", spread(r["engine"]), f"{ratio:.3f}", f"{paired:.3f}",
+                     f"{median(r['raw_wall']):.0f}", f"{median(r['engine_wall']):.0f}"])
+    print()
+    print(table(["framework", "devices", "data", "raw img/s", "spread", "engine img/s", "spread",
+                 "engine/raw", "paired", "raw wall s", "engine wall s"], rows))
+    print("\n(img/s: median over rounds of the trial's steady-state images/s; spread: (max-min)/median; "
+          "engine/raw: ratio of medians; paired: median of per-round ratios; wall: whole command incl. "
+          "process and Ray start-up, not part of the ratio)")
+    print()
+    worst = 1e9
+    for framework in frameworks:
+        g = geomean(ratios[framework])
+        worst = min(worst, g)
+        print(f"{framework}: engine/raw steady images/s = {g:.3f} (geometric mean of {len(ratios[framework])} "
+              f"configs) -> {'meets' if g >= GOAL else 'BELOW'} the goal {GOAL}")
+    print(f"\nelapsed {time.time() - started:.0f} s; load average at end: {load_average()}")
+    print("one pair of commands per config (last round):")
+    for case, cmds in commands.items():
+        print(f"  {case[0]} {case[1]} dev {case[2]}:\n    raw:    {cmds['raw']}\n    engine: {cmds['engine']}")
+    print(f"  (python is {PYTHON}; run from {ROOT}; the temp folder {'is kept' if args.keep else 'was removed'}: {tmp})")
+    first = cases[0]
+    print(f"the engine's one-trial sweep file for {first[0]} {first[1]} dev {first[2]} (the others differ in those keys):")
+    print("    " + sweep_yaml("engine_vs_raw", trial_config(args, *first)).rstrip().replace("\n", "\n    "))
+    if not args.keep:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

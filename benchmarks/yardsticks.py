@@ -1,0 +1,231 @@
+"""Yardsticks: our training loop against the frameworks' own benchmark programs, run side by side.
+
+The frameworks' own programs measure the loops themselves. On the same model, batch, input size
+and threads, our steady-state images/s should be no lower than theirs (ratio ours/theirs >= 1).
+Their code is not part of this project and is never copied into it: give the path of a checkout,
+and this script runs it as a subprocess beside ours.
+
+  TensorFlow  tf_cnn_benchmarks (github.com/tensorflow/benchmarks, scripts/tf_cnn_benchmarks),
+              TF1-style graph code, runs on TF 2.21 with the tf-keras package and TF_USE_LEGACY_KERAS=1
+              (set by this script for their process only):
+                python tf_cnn_benchmarks.py --model=resnet20 --data_name=cifar10 --batch_size=64
+                  --num_warmup_batches=10 --num_batches=40 --device=cpu --data_format=NHWC
+                  --num_intra_threads=1 --num_inter_threads=1 --num_gpus=1
+                  --variable_update=parameter_server --local_parameter_device=cpu
+                  --optimizer=momentum --momentum=0.9 --weight_decay=1e-4 --init_learning_rate=0.01
+              (synthetic data: no --data_dir). Their figure: "total images/sec" (images / wall time
+              of the timed steps, warm-up excluded).
+              ours: tensorflow resnet20_cifar, synthetic, 1 device, batch 64, 32x32, cpus_per_trial 1
+              (intra/inter-op threads 1, OMP_NUM_THREADS 1).
+  MXNet       example/image-classification/train_cifar10.py of MXNet 1.9.1 (github.com/apache/mxnet,
+              tag 1.9.1), Module API + symbols/resnet.py:
+                OMP_NUM_THREADS=1 python train_cifar10.py --network resnet --num-layers 20
+                  --benchmark 1 --batch-size 64 --gpus '' --num-epochs 1 --num-examples 64*(10+40+1)
+                  --disp-batches 10 --image-shape 3,28,28 --lr 0.01
+              run through a two-line shim that sets numpy.bool = bool first (mxnet 1.9.1 needs it with
+              numpy >= 1.24), from a scratch folder holding empty data/cifar10_{train,val}.rec so that
+              their script's download step is skipped (--benchmark 1 never reads them). Their figure:
+              Speedometer windows of 10 batches; the windows that start before batch 10 are dropped,
+              the rest combined as images / time (harmonic mean of the window speeds).
+              ours: mxnet resnet20_cifar, synthetic, 1 device, batch 64, image_size 28, cpus_per_trial 1.
+
+Our figure, comparable to theirs: images / wall time of an epoch that holds no warm-up step (the
+second epoch's images_per_sec: steps_per_epoch=40, warmup_steps=10). Our engine's headline figure,
+steady-state images/s (mean of per-step rates after warm-up), is printed beside it; it reads a few
+percent higher than an images/time figure by construction (a mean of rates >= the rate of the mean).
+
+Differences that remain (their flags cannot remove them):
+  - tf_cnn_benchmarks' resnet20 (v1) uses "option A" shortcuts (1x1 average pool + zero channel
+    padding, no weights) and no ReLU after the stem; ours uses 1x1 conv + BN projections where
+    the shape changes (He et al. 2016 option B) and a ReLU after the stem. Same 3x3 convolutions.
+    It is TF1 graph code in a tf.compat.v1 Session; ours is Keras 3 in a tf.function under
+    MirroredStrategy (one device), with a host read of loss and accuracy each step.
+  - MXNet's symbols/resnet.py builds a pre-activation (v2) ResNet with a BatchNorm on the input;
+    ours is v1 (post-activation). It builds the CIFAR variant only for image heights <= 28
+    (with --image-shape 3,32,32 it takes the ImageNet branch and raises "ValueError: no experiments
+    done on num_layers 20"), so both sides run 28x28 inputs. Theirs: symbolic Module.fit; ours:
+    hybridized Gluon with autograd and a Trainer on kvstore 'device'.
+
+Get their code (outside this repository; nothing of it is committed here):
+
+  git clone https://github.com/tensorflow/benchmarks /tmp/yardsticks/tf-benchmarks
+  git clone --branch 1.9.1 --depth 1 https://github.com/apache/mxnet /tmp/yardsticks/mxnet-1.9.1
+  .venv/bin/pip install --no-deps tf-keras==2.21.0   # --no-deps: tf-keras asks for the `tensorflow`
+                                                     # wheel; tensorflow-cpu already provides the module
+
+Run (from the repository root; about 5 minutes with the defaults on a 2-core machine):
+
+  .venv/bin/python benchmarks/yardsticks.py \\
+      --tf-benchmarks /tmp/yardsticks/tf-benchmarks/scripts/tf_cnn_benchmarks \\
+      --mxnet-example /tmp/yardsticks/mxnet-1.9.1/example/image-classification
+
+Either path may be left out to skip that framework. Other processes loading the CPU widen the
+spread; the ours/theirs order flips every round, and medians are reported.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import PYTHON, child_env, load_average, machine, median, run_raw, spread, table
+
+SHIM = ("import os, runpy, sys, numpy; numpy.bool = bool; script = sys.argv[1]; "
+        "sys.path.insert(0, os.path.dirname(script)); sys.argv = sys.argv[1:]; "
+        "runpy.run_path(script, run_name='__main__')")
+DISPLAY = 10  # Speedometer window (batches)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tf-benchmarks", type=Path, help="folder holding tf_cnn_benchmarks.py (or the repository root)")
+    p.add_argument("--mxnet-example", type=Path,
+                   help="folder holding MXNet 1.9.1's train_cifar10.py (or the repository root)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=40, help="timed steps on each side (a multiple of 10)")
+    p.add_argument("--warmup-steps", type=int, default=10, help="steps left out on each side (a multiple of 10)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    if args.steps % DISPLAY or args.warmup_steps % DISPLAY or args.warmup_steps < DISPLAY:
+        p.error(f"--steps and --warmup-steps: multiples of {DISPLAY}, warm-up at least {DISPLAY}")
+    return args
+
+
+def locate(path: Path | None, name: str, below: str) -> Path | None:
+    if path is None:
+        return None
+    for candidate in (path, path / below):
+        if (candidate / name).is_file():
+            return candidate.resolve()
+    raise SystemExit(f"no {name} in {path} or {path / below}")
+
+
+def ours(framework: str, args: argparse.Namespace, image_size: int | None) -> tuple[float, float, str]:
+    """(images/s of the warm-up-free epoch, steady images/s of the trial, command)."""
+    config = {"framework": framework, "model": "resnet20_cifar", "num_gpus": 1, "batch_per_gpu": args.batch,
+              "epochs": 2, "steps_per_epoch": args.steps, "warmup_steps": args.warmup_steps, "lr": 0.01,
+              "data": "synthetic", "cpus_per_trial": args.threads}
+    if image_size:
+        config["image_size"] = image_size
+    run = run_raw(config)
+    clean = [e["images_per_sec"] for e in run.epochs if e["epoch"] >= 1]
+    assert run.epochs[0]["threads"] == args.threads and run.epochs[0]["image_size"] == (image_size or 32)
+    return median(clean), run.steady, run.command
+
+
+def theirs_tf(folder: Path, args: argparse.Namespace) -> tuple[float, str]:
+    cmd = [PYTHON, "tf_cnn_benchmarks.py", "--model=resnet20", "--data_name=cifar10", f"--batch_size={args.batch}",
+           f"--num_warmup_batches={args.warmup_steps}", f"--num_batches={args.steps}", "--device=cpu",
+           "--data_format=NHWC", f"--num_intra_threads={args.threads}", f"--num_inter_threads={args.threads}",
+           "--num_gpus=1", "--variable_update=parameter_server", "--local_parameter_device=cpu",
+           "--optimizer=momentum", "--momentum=0.9", "--weight_decay=1e-4", "--init_learning_rate=0.01",
+           f"--display_every={DISPLAY}"]
+    env = child_env(TF_USE_LEGACY_KERAS="1", OMP_NUM_THREADS=str(args.threads))
+    proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    found = re.findall(r"total images/sec: ([0-9.]+)", out)
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"tf_cnn_benchmarks failed (rc {proc.returncode}): {shlex.join(cmd)}\n{out[-3000:]}")
+    if re.search(r"images/sec: [0-9.]+ .*\bnan\b", out):
+        print("  note: tf_cnn_benchmarks reported a nan loss", flush=True)
+    return float(found[-1]), "cd " + shlex.quote(str(folder)) + " && TF_USE_LEGACY_KERAS=1 " + \
+        f"OMP_NUM_THREADS={args.threads} " + shlex.join(cmd)
+
+
+def theirs_mxnet(folder: Path, args: argparse.Namespace, scratch: Path) -> tuple[float, str]:
+    (scratch / "data").mkdir(parents=True, exist_ok=True)
+    for name in ("cifar10_train.rec", "cifar10_val.rec"):  # their download step skips existing files
+        (scratch / "data" / name).touch()
+    batches = args.warmup_steps + args.steps + 1  # Speedometer's first window starts after batch 0
+    script = folder / "train_cifar10.py"
+    cmd = [PYTHON, "-c", SHIM, str(script), "--network", "resnet", "--num-layers", "20", "--benchmark", "1",
+           "--batch-size", str(args.batch), "--gpus", "", "--num-epochs", "1",
+           "--num-examples", str(args.batch * batches), "--disp-batches", str(DISPLAY),
+           "--image-shape", "3,28,28", "--lr", "0.01"]
+    env = child_env(OMP_NUM_THREADS=str(args.threads))
+    proc = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    windows = [(int(a), float(s)) for a, s in re.findall(r"Batch \[(\d+)-\d+\]\s+Speed: ([0-9.]+) samples/sec", out)]
+    kept = [s for start, s in windows if start >= args.warmup_steps]
+    if proc.returncode != 0 or len(kept) != args.steps // DISPLAY:
+        raise RuntimeError(f"train_cifar10.py failed or printed {len(kept)} windows (rc {proc.returncode}): "
+                           f"{shlex.join(cmd)}\n{out[-3000:]}")
+    harmonic = len(kept) / sum(1 / s for s in kept)
+    shown = ("mkdir -p /tmp/mx-scratch/data && touch /tmp/mx-scratch/data/cifar10_train.rec "
+             "/tmp/mx-scratch/data/cifar10_val.rec && cd /tmp/mx-scratch && "
+             f"OMP_NUM_THREADS={args.threads} " + shlex.join(cmd))
+    return harmonic, shown
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tf_dir = locate(args.tf_benchmarks, "tf_cnn_benchmarks.py", "scripts/tf_cnn_benchmarks")
+    mx_dir = locate(args.mxnet_example, "train_cifar10.py", "example/image-classification")
+    if tf_dir and importlib.util.find_spec("tf_keras") is None:
+        raise SystemExit("tf_cnn_benchmarks needs the tf-keras package on TF 2.21: "
+                         ".venv/bin/pip install --no-deps tf-keras==2.21.0")
+    if not tf_dir and not mx_dir:
+        raise SystemExit("give --tf-benchmarks and/or --mxnet-example (see the docstring for how to get them)")
+    started = time.time()
+    print(f"yardsticks: resnet20 CIFAR, batch {args.batch}, 1 device (CPU), {args.threads} thread(s), "
+          f"{args.warmup_steps} warm-up + {args.steps} timed steps, {args.repeats} rounds")
+    print(f"machine: {machine()}; load average at start: {load_average()}")
+    print("reproduce: " + shlex.join([".venv/bin/python", "benchmarks/yardsticks.py",
+                                      *(argv if argv is not None else sys.argv[1:])]))
+    scratch = Path(tempfile.mkdtemp(prefix="yardsticks-"))
+    cases = []
+    if tf_dir:
+        cases.append(("tensorflow", "tf_cnn_benchmarks resnet20, 32x32", None, lambda: theirs_tf(tf_dir, args)))
+    if mx_dir:
+        cases.append(("mxnet", "train_cifar10.py resnet-20, 28x28", 28, lambda: theirs_mxnet(mx_dir, args, scratch)))
+    results = {c[0]: {"theirs": [], "ours": [], "steady": []} for c in cases}
+    commands: dict[str, dict[str, str]] = {}
+    for rnd in range(args.repeats):
+        for i, (framework, _, size, theirs) in enumerate(cases):
+            order = ("ours", "theirs") if (rnd + i) % 2 == 0 else ("theirs", "ours")
+            got = {}
+            for side in order:
+                if side == "ours":
+                    clean, steady, cmd = ours(framework, args, size)
+                    results[framework]["ours"].append(clean)
+                    results[framework]["steady"].append(steady)
+                else:
+                    value, cmd = theirs()
+                    results[framework]["theirs"].append(value)
+                got[side] = cmd
+            commands[framework] = got
+            r = results[framework]
+            print(f"  round {rnd + 1}/{args.repeats} {framework:<10} theirs {r['theirs'][-1]:7.1f}  ours {r['ours'][-1]:7.1f} "
+                  f"(steady {r['steady'][-1]:.1f}) img/s  order {'/'.join(order)}, load {load_average()}", flush=True)
+    rows, lines = [], []
+    for framework, what, _, _ in cases:
+        r = results[framework]
+        ratio = median(r["ours"]) / median(r["theirs"])
+        paired = median([o / t for o, t in zip(r["ours"], r["theirs"])])
+        rows.append([framework, what, f"{median(r['theirs']):.1f}", spread(r["theirs"]), f"{median(r['ours']):.1f}",
+                     spread(r["ours"]), f"{median(r['steady']):.1f}", f"{ratio:.3f}", f"{paired:.3f}"])
+        lines.append(f"{framework}: ours/theirs = {ratio:.3f} -> {'no lower than theirs' if ratio >= 1 else 'LOWER than theirs'}")
+    print()
+    print(table(["framework", "yardstick", "theirs img/s", "spread", "ours img/s", "spread", "ours steady",
+                 "ours/theirs", "paired"], rows))
+    print("\n(img/s: images / wall time of the timed steps, median over rounds; ours steady: the engine's "
+          "mean-of-per-step-rates figure, for reference; spread: (max-min)/median; paired: median of per-round ratios)")
+    print("\n" + "\n".join(lines))
+    print(f"\nelapsed {time.time() - started:.0f} s; load average at end: {load_average()}")
+    print("commands (last round):")
+    for framework, cmds in commands.items():
+        print(f"  {framework} theirs: {cmds['theirs']}\n  {framework} ours:   {cmds['ours']}")
+    import shutil
+    shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

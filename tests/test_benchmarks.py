@@ -1,0 +1,48 @@
+"""The benchmark scripts (benchmarks/): their helpers agree with the engine; each script starts.
+
+The benchmarks themselves take minutes and are run by hand (benchmarks/README.md); these checks
+take seconds.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _common  # noqa: E402
+from sweep import spec  # noqa: E402
+from sweep.store import summarize  # noqa: E402
+
+
+def test_trial_steady_is_the_summary_rows_figure() -> None:
+    epochs = [
+        {"steady_images_per_sec": 100.0, "steady_steps": 30, "epoch_time_s": 2.0, "val_acc": None,
+         "peak_device_mem_mib": None, "peak_host_rss_mib": 1.0, "train_acc": None},
+        {"steady_images_per_sec": 130.0, "steady_steps": 40, "epoch_time_s": 1.5, "val_acc": None,
+         "peak_device_mem_mib": None, "peak_host_rss_mib": 1.0, "train_acc": None},
+    ]
+    config = {"batch_per_gpu": 64, "num_gpus": 1}
+    assert _common.trial_steady(epochs) == pytest.approx(summarize("t", config, epochs, "completed", {})["steady_images_per_sec"])
+
+
+def test_spec_settings_give_the_same_trial() -> None:
+    """A resolved trial written back as a one-trial sweep file is the same trial (same id)."""
+    for item in spec.list_sweeps():
+        sweep = spec.load(item.name)
+        for trial in sweep.trials("smoke")[:3]:
+            text = _common.sweep_yaml("one", _common.spec_settings(trial.config))
+            again = spec.parse(text, Path("one.yaml")).trials("full")
+            assert [t.trial_id for t in again] == [trial.trial_id]
+
+
+@pytest.mark.parametrize("script", ["engine_vs_raw.py", "yardsticks.py", "store_speed.py"])
+def test_script_help(script: str) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage" in proc.stdout
