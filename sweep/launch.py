@@ -15,7 +15,6 @@ from sweep import spec, store
 from sweep.spec import Sweep
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-FINAL = ("completed", "stopped_early", "diverged", "failed", "oom", "infeasible")
 RETRYABLE = ("failed", "oom", "infeasible")  # diverged is not: the same seed diverges the same way
 
 

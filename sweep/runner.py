@@ -102,8 +102,6 @@ class SummaryCallback(tune.Callback):
         self.interrupt = interrupt
         self.view = view
         self.started: dict[str, float] = {}
-        self.finished: dict[str, str] = {}
-        self.done_before = plan.total - len(plan.trials)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.started[trial_id(trial.config["trial"])] = time.time()
@@ -133,7 +131,6 @@ class SummaryCallback(tune.Callback):
         elif status == "diverged":
             summary["error"] = f"training loss not finite in epoch {epochs[-1]['epoch']}"
         self.plan.store.finish_trial(summary, epochs)
-        self.finished[tid] = status
         self.view.ended(config, status, f"{error[0]}: {error[1]}" if error else None)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -142,11 +139,6 @@ class SummaryCallback(tune.Callback):
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         error = _error_of(trial)
         self._finish(trial, _failure_status(*error), error)
-
-
-def _label(config: dict[str, Any]) -> str:
-    return (f"{config['framework']} {config['model']} gpus={config['num_gpus']} "
-            f"batch={config['batch_per_gpu']} lr={config['lr']:g}")
 
 
 def trial_resources(config: dict[str, Any]) -> tune.PlacementGroupFactory:
