@@ -84,6 +84,11 @@ def _first_difference(old: str, new: str) -> str:
     return "line endings only"
 
 
+def _resume_command(args: argparse.Namespace, run_id: str) -> str:
+    results = f" --results {args.results}" if args.results != "results" else ""
+    return f"python -m sweep {args.sweep} --resume {run_id}{results}"
+
+
 def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Path) -> RunState:
     if args.resume == "latest":
         state = latest_unfinished(results, sweep.name)
@@ -125,8 +130,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         if earlier:
             done = len(earlier.trial_ids) - len(earlier.pending(False))
             print(f"note: run {earlier.meta['run_id']} of {sweep.name} is unfinished ({done} of "
-                  f"{len(earlier.trial_ids)} trials ended); continue it with: python -m sweep {args.sweep} "
-                  f"--resume {earlier.meta['run_id']}" + (f" --results {args.results}" if args.results != "results" else ""))
+                  f"{len(earlier.trial_ids)} trials ended); continue it with: "
+                  + _resume_command(args, earlier.meta["run_id"]))
 
     real_gpus = 0 if address else environment.real_gpu_count()
     emulated: bool | None = None if address else (bool(args.emulate_gpus) or real_gpus == 0)
@@ -228,13 +233,12 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
         row_base=row_base)
     interrupted = runner.run(plan) if trials else False
     state = read_run(run.dir)
-    not_ok = {t: s for t, s in state.finished.items() if s not in ("completed", "stopped_early")}
+    not_ok = {t: s for t, s in state.finished.items() if s not in store.DONE}
     pending = state.pending(False)
     print(f"done: {len(state.finished) - len(not_ok)} completed, {len(not_ok)} failed, {len(pending)} not finished"
           f"; results in {run.dir}")
     if pending:
-        print(f"resume with: python -m sweep {args.sweep} --resume {meta['run_id']}"
-              + (f" --results {args.results}" if args.results != "results" else ""))
+        print("resume with: " + _resume_command(args, meta["run_id"]))
     if interrupted:
         return 130
     return 1 if not_ok or pending else 0
@@ -260,7 +264,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     counts = {"done": 0, "running or interrupted": 0, "failed": 0, "pending": 0}
     for tid in state.trial_ids:
         status = state.finished.get(tid)
-        if status in ("completed", "stopped_early"):
+        if status in store.DONE:
             counts["done"] += 1
         elif status is not None:
             counts["failed"] += 1
@@ -277,6 +281,5 @@ def cmd_status(args: argparse.Namespace) -> int:
           + ", ".join(f"{n} {k}" for k, n in counts.items()))
     print(f"GPU-hours used: {gpu_hours:.4f}")
     if state.unfinished:
-        print(f"resume with: python -m sweep {args.sweep} --resume {state.meta['run_id']}"
-              + (f" --results {args.results}" if args.results != "results" else ""))
+        print("resume with: " + _resume_command(args, state.meta["run_id"]))
     return 0

@@ -27,9 +27,9 @@ from typing import Any, Callable, TextIO
 
 from ray import tune
 
+from sweep.store import DONE
 from trainables.config import trial_id
 
-OK = ("completed", "stopped_early")  # the ended statuses that count as done; the others as failed
 TRIAL_TAGS = ("sweep", "run", "trial", "framework", "model", "num_gpus", "batch")
 SWEEP_TAGS = ("sweep", "run")
 TOKEN_HELP = "ray get-auth-token"
@@ -233,8 +233,8 @@ class Progress:
     peak_running: int = 0
 
     def counts(self) -> dict[str, int]:
-        ok = self.before_ok + sum(s in OK for s in self.ended.values())
-        failed = self.before_failed + sum(s not in OK for s in self.ended.values())
+        ok = self.before_ok + sum(s in DONE for s in self.ended.values())
+        failed = self.before_failed + sum(s not in DONE for s in self.ended.values())
         running = len(self.running)
         return {"done": ok, "running": running, "failed": failed, "pending": max(self.total - ok - failed - running, 0)}
 
@@ -382,7 +382,7 @@ class SweepView(tune.Callback):
         except Exception:  # noqa: BLE001 - a fresh run (no rows yet) or a store it cannot read
             finished, hours = {}, 0.0
         earlier = {t: s for t, s in finished.items() if t not in this_session}
-        self.progress.before_ok = sum(s in OK for s in earlier.values())
+        self.progress.before_ok = sum(s in DONE for s in earlier.values())
         self.progress.before_failed = len(earlier) - self.progress.before_ok
         self.progress.gpu_hours_before = float(hours)
 

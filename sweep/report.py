@@ -29,10 +29,10 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from sweep.store import RunStore, StoreError, run_dirs
+from sweep.store import DONE, RunStore, StoreError, run_dirs
 
-# Statuses whose measurements count in the tables; the others are shown by name.
-USABLE = ("completed", "stopped_early")
+# Statuses whose measurements count in the tables (store.DONE); the others are shown by name.
+USABLE = DONE
 STATUS_LABELS = {"oom": "OOM", "stopped_early": "stopped early", "infeasible": "infeasible",
                  "diverged": "diverged", "failed": "failed", "completed": "completed"}
 EMULATED_NOTE = "CPU-emulated devices: not a speed result"
@@ -593,6 +593,17 @@ def _title(text: str, emulated: bool) -> str:
     return f"{text}\n{EMULATED_NOTE}" if emulated else text
 
 
+def _finish(fig: Figure, ax: Any, xlabel: str, ylabel: str, title: str, emulated: bool) -> Figure:
+    """The labels, title and styling every single-panel plot shares."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(_title(title, emulated))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
 def plot_throughput(long: pd.DataFrame, emulated: bool) -> Figure:
     """Images/s vs GPUs per speed group, each with its ideal linear line from the 1-GPU rate."""
     fig = Figure(figsize=(7, 4.5))
@@ -607,13 +618,7 @@ def plot_throughput(long: pd.DataFrame, emulated: bool) -> Figure:
             ax.plot(cells["num_gpus"], base.iloc[0] * cells["num_gpus"], linestyle=":", color=line.get_color())
     ax.plot([], [], linestyle=":", color="gray", label="ideal linear scaling")
     ax.set_xticks(sorted(long["num_gpus"].unique()))
-    ax.set_xlabel("GPUs per trial")
-    ax.set_ylabel("throughput (images/s, steady state)")
-    ax.set_title(_title("Throughput vs GPUs", emulated))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "GPUs per trial", "throughput (images/s, steady state)", "Throughput vs GPUs", emulated)
 
 
 def plot_efficiency(long: pd.DataFrame, emulated: bool) -> Figure:
@@ -625,13 +630,7 @@ def plot_efficiency(long: pd.DataFrame, emulated: bool) -> Figure:
             ax.plot(cells["num_gpus"], 100 * cells["efficiency"], marker="o", label=group)
     ax.axhline(100, linestyle=":", color="gray", label="ideal (100%)")
     ax.set_xticks(sorted(long["num_gpus"].unique()))
-    ax.set_xlabel("GPUs per trial")
-    ax.set_ylabel("scaling efficiency (% of linear)")
-    ax.set_title(_title("Scaling efficiency vs GPUs", emulated))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "GPUs per trial", "scaling efficiency (% of linear)", "Scaling efficiency vs GPUs", emulated)
 
 
 def plot_val_acc_vs_lr(figures: pd.DataFrame, emulated: bool) -> Figure | None:
@@ -649,13 +648,8 @@ def plot_val_acc_vs_lr(figures: pd.DataFrame, emulated: bool) -> Figure | None:
         ax.plot(trials["lr"], trials["val_acc"], marker="o",
                 label=f"{framework} {model} batch {batch_label(int(batch), int(gpus))}{warm}")
     ax.set_xscale("log")
-    ax.set_xlabel("learning rate (peak, log scale)")
-    ax.set_ylabel("validation accuracy (final epoch, fraction)")
-    ax.set_title(_title("Validation accuracy vs learning rate", emulated))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, "learning rate (peak, log scale)", "validation accuracy (final epoch, fraction)",
+                   "Validation accuracy vs learning rate", emulated)
 
 
 def plot_learning_curves(figures: pd.DataFrame, epochs: pd.DataFrame, emulated: bool) -> Figure | None:

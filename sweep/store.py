@@ -77,6 +77,7 @@ TRIAL_SCHEMA = pa.schema({
     **ENV_COLUMNS,
 })
 STATUSES = ("completed", "failed", "diverged", "oom", "infeasible", "stopped_early")
+DONE = ("completed", "stopped_early")  # the ended statuses that count as done; the others as failed
 
 
 class StoreError(Exception):
