@@ -24,14 +24,20 @@ class Cluster:
     embedded: bool
     nodes: list[Node]
     dashboard_url: str | None
+    emulated_nodes: Any = None  # the ray.cluster_utils.Cluster of an embedded multi-node emulation
 
     @property
     def total_gpus(self) -> float:
         return sum(n.gpus for n in self.nodes)
 
 
-def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1", job_name: str | None = None) -> Cluster:
-    """Join `address` (or RAY_ADDRESS), else start a local Ray with `num_gpus` (fake where emulated)."""
+def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1", job_name: str | None = None,
+          nodes: int = 1) -> Cluster:
+    """Join `address` (or RAY_ADDRESS), else start a local Ray with `num_gpus` (fake where emulated).
+
+    nodes > 1 (embedded, emulated only): as many Ray nodes on this machine, each with `num_gpus`, so
+    that trials spanning nodes run here as they would on a cluster.
+    """
     import ray
 
     from sweep import monitor
@@ -43,6 +49,20 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
         _check_reachable(address)
         context = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.ERROR,
                            **watch)
+    elif nodes > 1:
+        from ray.cluster_utils import Cluster as LocalNodes
+
+        node = {"num_cpus": os.cpu_count(), "num_gpus": num_gpus, "object_store_memory": 512 * 2**20}
+        emulated = LocalNodes(initialize_head=True, head_node_args={**node, "include_dashboard": True,
+                                                                   "dashboard_host": dashboard_host})
+        for _ in range(nodes - 1):
+            emulated.add_node(**node)
+        emulated.wait_for_nodes()
+        context = ray.init(address=emulated.address, runtime_env=runtime_env, log_to_driver=False,
+                           logging_level=logging.ERROR, **watch)
+        url = context.dashboard_url
+        return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=f"http://{url}" if url else None,
+                       emulated_nodes=emulated)
     else:
         # address="local" always starts a new cluster, never a stale one from /tmp/ray.
         context = ray.init(address="local", num_gpus=num_gpus, include_dashboard=True,
@@ -82,13 +102,24 @@ def stop(cluster: Cluster) -> None:
     import ray
 
     ray.shutdown()
+    if cluster.emulated_nodes is not None:
+        cluster.emulated_nodes.shutdown()
 
 
-def infeasible(requests: dict[str, tuple[int, int]], nodes: list[Node]) -> dict[str, str]:
-    """Trials whose (CPUs, GPUs) bundle fits no single node, with the reason."""
+def infeasible(requests: dict[str, tuple[int, int, int]], nodes: list[Node]) -> dict[str, str]:
+    """Trials whose bundles fit too few nodes, with the reason.
+
+    A request is (CPUs, GPUs, nodes): that many CPUs and GPUs on each of `nodes` different nodes.
+    """
     out = {}
-    for trial, (cpus, gpus) in requests.items():
-        if not any(n.cpus >= cpus and n.gpus >= gpus for n in nodes):
+    for trial, (cpus, gpus, spread) in requests.items():
+        fitting = sum(1 for n in nodes if n.cpus >= cpus and n.gpus >= gpus)
+        if fitting >= spread:
+            continue
+        if spread == 1:
             biggest = max(((n.gpus, n.cpus) for n in nodes), default=(0, 0))
             out[trial] = f"needs {gpus} GPUs and {cpus} CPUs on one node; the largest node has {biggest[0]:g} GPUs, {biggest[1]:g} CPUs"
+        else:
+            out[trial] = (f"needs {spread} nodes with {gpus} GPUs and {cpus} CPUs each; "
+                          f"{fitting} of the cluster's {len(nodes)} nodes have that")
     return out

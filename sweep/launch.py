@@ -142,15 +142,18 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         trials = [t for t in all_trials if t.trial_id in pending]
     else:
         trials = all_trials
-    num_gpus = real_gpus
+    num_gpus, nodes = real_gpus, 1
     if emulated:
-        num_gpus = args.emulate_gpus or 2 * max(t.config["num_gpus"] for t in all_trials)
+        # Trials spanning nodes get as many emulated nodes, each with the GPUs of one.
+        nodes = max(t.config["nodes"] for t in all_trials)
+        num_gpus = args.emulate_gpus or 2 * max(t.config["gpus_per_node"] for t in all_trials)
         why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
-        print(f"{why}: emulating {num_gpus} GPUs in Ray, each trial on as many CPU devices "
+        where = f"{nodes} Ray nodes on this machine with {num_gpus} GPUs each" if nodes > 1 else f"{num_gpus} GPUs in Ray"
+        print(f"{why}: emulating {where}, each trial on as many CPU devices "
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
 
     data_dir = _data_dir(args, sweep, trials, scale, resumed)
-    cluster = ray_cluster.start(address, num_gpus, args.dashboard_host, job_name=sweep.name)
+    cluster = ray_cluster.start(address, num_gpus, args.dashboard_host, job_name=sweep.name, nodes=nodes)
     try:
         return _run_on_cluster(args, argv, cluster, sweep, scale, all_trials, trials, results, data_dir,
                                emulated, resumed)
@@ -189,7 +192,7 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
 
     for line in monitor.banner(cluster):  # dashboard URL, where its token is, metrics endpoint
         print(line)
-    requests = {t.trial_id: (t.config["cpus_per_trial"], t.config["num_gpus"]) for t in trials}
+    requests = {t.trial_id: (t.config["cpus_per_trial"], t.config["gpus_per_node"], t.config["nodes"]) for t in trials}
     bad = ray_cluster.infeasible(requests, cluster.nodes)
     if bad:  # Ray would leave these pending for ever, without a word: say so before anything runs
         print(_infeasible_table([t for t in trials if t.trial_id in bad], cluster.nodes))
@@ -246,10 +249,11 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
 
 def _infeasible_table(trials: list[spec.Trial], nodes: list[Any]) -> str:
     largest = max(((n.gpus, n.cpus) for n in nodes), default=(0, 0))
-    lines = [f"{len(trials)} trials fit no node (the largest node has {largest[0]:g} GPUs, {largest[1]:g} CPUs):",
-             "  trial_id    framework   model           GPUs  CPUs"]
-    lines += [f"  {t.trial_id}  {t.config['framework']:<10}  {t.config['model']:<14}  {t.config['num_gpus']:>4}  "
-              f"{t.config['cpus_per_trial']:>4}" for t in trials]
+    lines = [f"{len(trials)} trials fit no node (the cluster has {len(nodes)} nodes; the largest has "
+             f"{largest[0]:g} GPUs, {largest[1]:g} CPUs):",
+             "  trial_id    framework   model           nodes  GPUs/node  CPUs/node"]
+    lines += [f"  {t.trial_id}  {t.config['framework']:<10}  {t.config['model']:<14}  {t.config['nodes']:>5}  "
+              f"{t.config['gpus_per_node']:>9}  {t.config['cpus_per_trial']:>9}" for t in trials]
     return "\n".join(lines)
 
 

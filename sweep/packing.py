@@ -64,26 +64,31 @@ def estimate(trials: Sequence[Trial], measured: dict[str, float]) -> dict[str, f
 
 def simulate(order: Sequence[Trial], seconds: dict[str, float], node_gpus: Sequence[float],
              node_cpus: Sequence[float]) -> float:
-    """Makespan of in-order dispatch on the given nodes: the next trial starts once it fits a node."""
+    """Makespan of in-order dispatch on the given nodes: the next trial starts once it fits.
+
+    A trial takes gpus_per_node GPUs and cpus_per_trial CPUs on each of `nodes` different nodes.
+    """
     free_gpus, free_cpus = list(node_gpus), list(node_cpus)
-    running: list[tuple[float, int, int, Trial]] = []  # (end time, tiebreak, node, trial)
+    running: list[tuple[float, int, list[int], Trial]] = []  # (end time, tiebreak, nodes, trial)
     now, position = 0.0, 0
     while position < len(order) or running:
         while position < len(order):
             trial = order[position]
-            g, c = trial.config["num_gpus"], trial.config["cpus_per_trial"]
-            node = next((i for i in range(len(free_gpus)) if free_gpus[i] >= g and free_cpus[i] >= c), None)
-            if node is None:
+            g, c, n = trial.config["gpus_per_node"], trial.config["cpus_per_trial"], trial.config["nodes"]
+            fits = [i for i in range(len(free_gpus)) if free_gpus[i] >= g and free_cpus[i] >= c][:n]
+            if len(fits) < n:
                 break
-            free_gpus[node] -= g
-            free_cpus[node] -= c
-            heapq.heappush(running, (now + seconds[trial.trial_id], position, node, trial))
+            for i in fits:
+                free_gpus[i] -= g
+                free_cpus[i] -= c
+            heapq.heappush(running, (now + seconds[trial.trial_id], position, fits, trial))
             position += 1
         if not running:
             break  # what is left fits no node: the feasibility check reports it
-        now, _, node, trial = heapq.heappop(running)
-        free_gpus[node] += trial.config["num_gpus"]
-        free_cpus[node] += trial.config["cpus_per_trial"]
+        now, _, nodes, trial = heapq.heappop(running)
+        for i in nodes:
+            free_gpus[i] += trial.config["gpus_per_node"]
+            free_cpus[i] += trial.config["cpus_per_trial"]
     return now
 
 

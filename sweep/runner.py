@@ -25,7 +25,7 @@ from ray import tune  # noqa: E402
 from sweep import monitor  # noqa: E402
 from sweep import store as results  # noqa: E402
 from sweep.spec import Sweep, Trial  # noqa: E402
-from trainables.config import trial_id  # noqa: E402
+from trainables.config import TrialConfig, trial_id  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -142,10 +142,17 @@ class SummaryCallback(tune.Callback):
 
 
 def trial_resources(config: dict[str, Any]) -> tune.PlacementGroupFactory:
-    """One bundle holding all of a trial's GPUs (and CPUs): its devices sit on one node."""
+    """One bundle per node the trial spans, holding that node's GPUs (and CPUs).
+
+    A one-node trial trains in Tune's trainable itself, in its one STRICT_PACK bundle. A distributed
+    trial's trainable only coordinates: it takes an empty head bundle, and its workers (sweep/workers.py)
+    take one bundle each, STRICT_SPREAD over as many nodes.
+    """
     trial = config["trial"]
-    return tune.PlacementGroupFactory([{"CPU": trial["cpus_per_trial"], "GPU": trial["num_gpus"]}],
-                                      strategy="STRICT_PACK")
+    bundle = {"CPU": trial["cpus_per_trial"], "GPU": trial["gpus_per_node"]}
+    if TrialConfig.from_dict(trial).distributed:
+        return tune.PlacementGroupFactory([{}] + [bundle] * trial["nodes"], strategy="STRICT_SPREAD")
+    return tune.PlacementGroupFactory([bundle], strategy="STRICT_PACK")
 
 
 def _scheduler(plan: RunPlan) -> Any:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import yaml
 
 from trainables import zoo
-from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, TrialConfig, field_names, trial_id
+from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, VARIABLE_UPDATES, TrialConfig, field_names, trial_id
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 SCALES = ("smoke", "full")
@@ -110,11 +110,14 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "seed": _int(0),
     "cpus_per_trial": _int(1),
     "kvstore": _choice(KVSTORES),
+    "nodes": _int(1),
+    "gpus_per_node": _int(1),
+    "variable_update": _choice(VARIABLE_UPDATES),
 }
 # Set by the engine, never by a sweep file.
 DERIVED = {"lr_rule", "data_dir"}
 assert set(CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
-REQUIRED = ("framework", "model", "num_gpus", "batch_per_gpu", "epochs")
+REQUIRED = ("framework", "model", "batch_per_gpu", "epochs")  # and num_gpus or gpus_per_node
 
 
 @dataclass(frozen=True)
@@ -310,6 +313,7 @@ def _resolve(where: str, scale: str, values: dict[str, Any]) -> dict[str, Any]:
     if missing:
         raise SpecError(f"{where}: {missing[0]}: expected a value in fixed, grid or include (scale '{scale}')")
     values = dict(values)
+    _resolve_gpus(where, scale, values)
     if "lr" in values:
         values["lr_rule"] = "fixed"
     else:
@@ -320,6 +324,38 @@ def _resolve(where: str, scale: str, values: dict[str, Any]) -> dict[str, Any]:
         values["lr"] = round(values["base_lr"] * global_batch / values["base_batch"], 10)
     if values.get("warmup_epochs", 0) >= values["epochs"] and values.get("warmup_epochs", 0) > 0:
         raise SpecError(f"{where}: warmup_epochs: expected fewer than epochs ({values['epochs']}), got {values['warmup_epochs']}")
+    _check_distribution(where, values)
     config = TrialConfig.from_dict(values).to_dict()
     config.pop("data_dir")
     return config
+
+
+def _resolve_gpus(where: str, scale: str, values: dict[str, Any]) -> None:
+    """num_gpus (the trial's GPUs in all) and gpus_per_node: a sweep gives one, the other follows from nodes."""
+    nodes = values.get("nodes", 1)
+    if "gpus_per_node" in values and "num_gpus" in values:
+        raise SpecError(f"{where}: gpus_per_node: give num_gpus (the trial's GPUs in all) or gpus_per_node, not both "
+                        f"(scale '{scale}')")
+    if "gpus_per_node" in values:
+        values["num_gpus"] = nodes * values["gpus_per_node"]
+    elif "num_gpus" in values:
+        if values["num_gpus"] % nodes:
+            raise SpecError(f"{where}: num_gpus: expected a multiple of nodes ({nodes}) to spread evenly, "
+                            f"got {values['num_gpus']} (scale '{scale}')")
+        values["gpus_per_node"] = values["num_gpus"] // nodes
+    else:
+        raise SpecError(f"{where}: num_gpus: expected a value (or gpus_per_node) in fixed, grid or include (scale '{scale}')")
+
+
+def _check_distribution(where: str, values: dict[str, Any]) -> None:
+    """Each framework's own way to spread a trial: MXNet's kvstore, TensorFlow's variable_update."""
+    framework, kvstore = values["framework"], values.get("kvstore", "device")
+    if framework == "mxnet" and values.get("variable_update", "replicated") != "replicated":
+        raise SpecError(f"{where}: variable_update: a TensorFlow setting; MXNet trials choose a kvstore "
+                        f"(dist_sync or dist_async for parameter servers)")
+    if framework == "mxnet" and values.get("nodes", 1) > 1 and not kvstore.startswith("dist"):
+        raise SpecError(f"{where}: kvstore: an MXNet trial on {values['nodes']} nodes needs dist_sync or dist_async, "
+                        f"got {kvstore}")
+    if framework == "tensorflow" and kvstore.startswith("dist"):
+        raise SpecError(f"{where}: kvstore: {kvstore} is MXNet's; TensorFlow trials choose variable_update "
+                        f"(replicated or parameter_server)")

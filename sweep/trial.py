@@ -14,7 +14,7 @@ from typing import Any
 from sweep.store import RunStore
 from trainables import environment
 from trainables.config import TrialConfig, trial_id
-from trainables.loop import Devices, checkpoint_epoch, run_trial
+from trainables.loop import Devices, Report, checkpoint_epoch, run_trial
 
 
 def assigned_devices(num_gpus: int, emulated: bool) -> Devices:
@@ -49,7 +49,6 @@ def train(config: dict[str, Any]) -> None:
     store.record_start(tid)
     # The driver decides for an embedded Ray; on a joined cluster each node tells for itself.
     emulated = runtime["emulated"] if runtime["emulated"] is not None else environment.real_gpu_count() == 0
-    devices = assigned_devices(cfg.num_gpus, emulated)
     base = {**runtime["row_base"], **config["trial"], "trial_id": tid, "global_batch": cfg.global_batch,
             "attempt": store.attempts(tid), "ray_node_id": ray.get_runtime_context().get_node_id()}
     from sweep.monitor import TrialGauges
@@ -68,6 +67,16 @@ def train(config: dict[str, Any]) -> None:
     checkpoint = tune.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as path:
-            run_trial(cfg, devices, runtime["data_dir"], report, restore_dir=path)
+            _train(cfg, emulated, runtime["data_dir"], report, path)
         return
-    run_trial(cfg, devices, runtime["data_dir"], report, restore_dir=latest_checkpoint(store.dir, tid))
+    _train(cfg, emulated, runtime["data_dir"], report, latest_checkpoint(store.dir, tid))
+
+
+def _train(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, restore_dir: str | None) -> None:
+    """Here, on this trial's one bundle; or, for a distributed trial, by its workers (sweep/workers.py)."""
+    if cfg.distributed:
+        from sweep import workers
+
+        workers.run(cfg, emulated, data_dir, report, restore_dir)
+    else:
+        run_trial(cfg, assigned_devices(cfg.num_gpus, emulated), data_dir, report, restore_dir=restore_dir)

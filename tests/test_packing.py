@@ -10,8 +10,9 @@ from sweep.spec import Trial
 
 
 def trial(tid: str, gpus: int, **config) -> Trial:
+    nodes = config.pop("nodes", 1)
     base = {"num_gpus": gpus, "cpus_per_trial": 1, "model": "resnet20_cifar", "image_size": None,
-            "steps_per_epoch": 10, "batch_per_gpu": 32, "epochs": 1}
+            "steps_per_epoch": 10, "batch_per_gpu": 32, "epochs": 1, "nodes": nodes, "gpus_per_node": gpus // nodes}
     return Trial(tid, {**base, **config})
 
 
@@ -49,3 +50,15 @@ def test_estimates_come_from_earlier_runs_else_the_model(tmp_path: Path) -> None
     assert seconds["s"] == 30.0  # measured
     assert seconds["b"] > seconds["s"]  # ResNet-50 costs more per image than ResNet-20
     assert seconds["o"] == pytest.approx(seconds["s"] / 2)
+
+
+def test_a_trial_spanning_nodes_waits_for_free_gpus_on_that_many_nodes() -> None:
+    wide = trial("wide", 2, nodes=2)  # one GPU on each of two nodes
+    local = [trial("a", 1), trial("b", 1)]
+    seconds = {"wide": 10.0, "a": 10.0, "b": 10.0}
+    # Two nodes of one GPU: the two one-GPU trials fill both, so the spread trial runs after them.
+    assert packing.simulate(local + [wide], seconds, [1, 1], [4, 4]) == 20.0
+    # Two GPUs on one node are not two nodes: the spread trial never starts there.
+    assert packing.simulate([wide], seconds, [2], [4]) == 0.0
+    # Two nodes of two GPUs: a one-GPU trial leaves room on both, so both run at once.
+    assert packing.simulate(local[:1] + [wide], seconds, [2, 2], [4, 4]) == 10.0

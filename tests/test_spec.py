@@ -66,16 +66,32 @@ def test_cifar10_conv_matches_seed_002() -> None:
 
 def test_tf_cnn_benchmarks_matches_seed_004() -> None:
     trials = spec.load("tf_cnn_benchmarks").trials("full")
-    assert len(trials) == 2 * 2 * 2 * 2 * 4
+    assert len(trials) == 2 * 2 * 2 * 4 * 3  # model x data x batch x GPUs x (MXNet, TF replicated, TF PS)
+    assert Counter((t.config["framework"], t.config["variable_update"]) for t in trials) == {
+        ("mxnet", "replicated"): 32, ("tensorflow", "replicated"): 32, ("tensorflow", "parameter_server"): 32}
     assert axis(trials, "model") == {"resnet50_v1", "inception_v3"} and axis(trials, "data") == {"synthetic", "cifar10"}
     assert axis(trials, "batch_per_gpu") == {32, 64} and axis(trials, "num_gpus") == {1, 2, 4, 8}
     assert axis(trials, "warmup_steps") == {10} and axis(trials, "steps_per_epoch") == {110}
 
 
+def test_poseidon_distributed_matches_seed_003() -> None:
+    trials = spec.load("poseidon_distributed").trials("full")
+    modes = Counter((t.config["framework"], t.config["kvstore"], t.config["variable_update"]) for t in trials)
+    assert modes == {("mxnet", "dist_sync", "replicated"): 8, ("mxnet", "dist_async", "replicated"): 8,
+                     ("mxnet", "device", "replicated"): 2, ("tensorflow", "device", "replicated"): 8,
+                     ("tensorflow", "device", "parameter_server"): 8}
+    assert axis(trials, "nodes") == {1, 2, 4, 8} and axis(trials, "gpus_per_node") == {1}
+    assert all(t.config["num_gpus"] == t.config["nodes"] for t in trials)  # one GPU per node, as the seed
+    assert axis(trials, "model") == {"alexnet", "inception_v3"}
+    # The linear scaling rule: lr grows with the nodes' global batch.
+    assert {t.config["nodes"]: t.config["lr"] for t in trials} == {1: 0.01, 2: 0.02, 4: 0.04, 8: 0.08}
+
+
 def test_smoke_keeps_every_axis_of_the_full_grid() -> None:
     for sweep in spec.list_sweeps():
         full, smoke = sweep.trials("full"), sweep.trials("smoke")
-        for key in ("framework", "num_gpus", "batch_per_gpu", "lr", "model", "data"):
+        for key in ("framework", "num_gpus", "batch_per_gpu", "lr", "model", "data", "nodes", "kvstore",
+                    "variable_update"):
             if len(axis(full, key)) > 1:
                 assert len(axis(smoke, key)) > 1, (sweep.name, key)
 
@@ -121,6 +137,18 @@ BAD_SPECS = [
     ("warm-up too long", GOOD.replace("lr: 0.1", "lr: 0.1, warmup_epochs: 3"), "warmup_epochs: expected fewer than epochs"),
     ("unsafe name", GOOD + "name: ../../etc\n", "name: expected letters, digits"),
     ("engine-only key", GOOD.replace("lr: 0.1", "lr: 0.1, data_dir: /x"), "unknown setting 'data_dir' (set by the engine)"),
+    ("gpus both ways", GOOD.replace("lr: 0.1", "lr: 0.1, gpus_per_node: 1"), "give num_gpus (the trial's GPUs in all) or gpus_per_node, not both"),
+    ("gpus uneven over nodes", GOOD.replace("num_gpus: [1]", "num_gpus: [3]").replace("lr: 0.1", "lr: 0.1, nodes: 2, kvstore: dist_sync"),
+     "num_gpus: expected a multiple of nodes (2) to spread evenly, got 3"),
+    ("nodes < 1", GOOD.replace("lr: 0.1", "lr: 0.1, nodes: 0"), "fixed.nodes: expected an integer >= 1"),
+    ("mxnet across nodes, local kvstore", GOOD.replace("lr: 0.1", "lr: 0.1, nodes: 2, num_gpus: 2").replace("num_gpus: [1], ", ""),
+     "kvstore: an MXNet trial on 2 nodes needs dist_sync or dist_async, got device"),
+    ("mxnet with variable_update", GOOD.replace("lr: 0.1", "lr: 0.1, variable_update: parameter_server"),
+     "variable_update: a TensorFlow setting"),
+    ("tensorflow with a dist kvstore", GOOD.replace("[mxnet]", "[tensorflow]").replace("lr: 0.1", "lr: 0.1, kvstore: dist_async"),
+     "kvstore: dist_async is MXNet's"),
+    ("unknown variable_update", GOOD.replace("[mxnet]", "[tensorflow]").replace("lr: 0.1", "lr: 0.1, variable_update: ring"),
+     "fixed.variable_update: expected one of replicated, parameter_server"),
 ]
 
 

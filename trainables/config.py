@@ -14,14 +14,15 @@ from typing import Any
 
 FRAMEWORKS = ("mxnet", "tensorflow")
 DATA_KINDS = ("cifar10", "synthetic")
-KVSTORES = ("device", "local")
+KVSTORES = ("device", "local", "dist_sync", "dist_async")  # MXNet; dist_* span processes and nodes
+VARIABLE_UPDATES = ("replicated", "parameter_server")  # TensorFlow, as tf_cnn_benchmarks names them
 
 
 @dataclass(frozen=True)
 class TrialConfig:
     framework: str
     model: str
-    num_gpus: int
+    num_gpus: int  # the trial's GPUs in all: nodes x gpus_per_node
     batch_per_gpu: int
     epochs: int
     lr: float  # the peak lr after the scaling rule; the schedule derives each epoch's lr from it
@@ -41,11 +42,19 @@ class TrialConfig:
     seed: int = 0
     cpus_per_trial: int = 1
     kvstore: str = "device"  # MXNet only; TensorFlow uses MirroredStrategy's all-reduce
+    nodes: int = 1  # a trial with nodes > 1 runs one worker per node (sweep/workers.py)
+    gpus_per_node: int | None = None  # None: num_gpus (the spec loader fills it in)
+    variable_update: str = "replicated"  # TensorFlow only: all-reduce, or parameter servers on CPU
     data_dir: str | None = field(default=None, compare=False)  # set by the engine, not the spec
 
     @property
     def global_batch(self) -> int:
         return self.batch_per_gpu * self.num_gpus
+
+    @property
+    def distributed(self) -> bool:
+        """Runs as separate worker (and server) processes: several nodes, or a framework's cluster mode."""
+        return self.nodes > 1 or self.kvstore.startswith("dist") or self.variable_update == "parameter_server"
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrialConfig:

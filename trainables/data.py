@@ -161,12 +161,18 @@ def steps_per_epoch(train_size: int, global_batch: int, cap: int | None) -> int:
 
 
 def train_batches(x: np.ndarray, y: np.ndarray, global_batch: int, steps: int, seed: int, epoch: int,
-                  layout: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Shuffled, augmented, normalised batches of one epoch; deterministic in (seed, epoch)."""
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(x))
+                  layout: str, rank: int = 0, workers: int = 1) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Shuffled, augmented, normalised batches of one epoch; deterministic in (seed, epoch).
+
+    With several workers, each takes its slice (rank of `workers`) of every global batch: together
+    they see the same images in the same order as one worker would.
+    """
+    rng = np.random.default_rng([seed, epoch, rank])
+    order = np.random.default_rng([seed, epoch]).permutation(len(x))
+    local = global_batch // workers
     for step in range(steps):
-        idx = np.take(order, np.arange(step * global_batch, (step + 1) * global_batch), mode="wrap")
+        start = step * global_batch + rank * local
+        idx = np.take(order, np.arange(start, start + local), mode="wrap")
         yield normalize(augment(x[idx], rng), layout), y[idx]
 
 

@@ -87,68 +87,85 @@ def checkpoint_epoch(path: str) -> int | None:
 Report = Callable[[dict[str, Any], "str | None"], None]  # (metrics, checkpoint folder or None)
 
 
-def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: Report,
-              restore_dir: str | None = None, backend: Backend | None = None) -> None:
-    """The training loop of one trial, without Ray: the engine and the raw benchmark both run this.
+@dataclass(frozen=True)
+class Shard:
+    """This process's part of a trial that runs as several workers: its slice of every global batch."""
 
-    data_dir is None when the run fell back to synthetic data (no CIFAR-10 at the smoke scale).
-    """
-    image_size = cfg.image_size or zoo.default_image_size(cfg.model)
-    synthetic = cfg.data == "synthetic" or data_dir is None
-    cifar = None if synthetic else data.load_cifar10(data_dir)
-    backend = backend or load_backend(cfg, devices, image_size)
-    start_epoch = 0
-    if restore_dir:
-        backend.load(restore_dir)
-        start_epoch = checkpoint_epoch(restore_dir) + 1
+    rank: int = 0
+    count: int = 1
 
-    train_size = data.CIFAR10_TRAIN_SIZE if cifar is None else len(cifar.train_x)
-    steps = data.steps_per_epoch(train_size, cfg.global_batch, cfg.steps_per_epoch)
-    timer = StepTimer(cfg.warmup_steps)
-    fixed = {
-        "device_kind": devices.kind,
-        "ray_gpu_ids": ",".join(devices.ray_gpu_ids),
-        "data_kind": "synthetic" if synthetic else "real",
-        "image_size": image_size,
-        "param_count": backend.param_count(),
-        "framework_version": backend.framework_version,
-        "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0),
-        "pid": os.getpid(),
-        **environment.capture(devices.kind, devices.count),
-        "cudnn_version": backend.cudnn_version if devices.kind == "gpu" else None,
-    }
-    for epoch in range(start_epoch, cfg.epochs):
+
+class TrialLoop:
+    """One trial's training loop, an epoch at a time; the distributed coordinator drives it per worker."""
+
+    def __init__(self, cfg: TrialConfig, devices: Devices, data_dir: str | None, restore_dir: str | None = None,
+                 backend: Backend | None = None, shard: Shard = Shard(),
+                 step_check: Callable[[], None] | None = None) -> None:
+        # data_dir is None when the run fell back to synthetic data (no CIFAR-10 at the smoke scale).
+        self.cfg, self.shard = cfg, shard
+        self.step_check = step_check  # raises to end the trial (a distributed trial's lost worker)
+        self.image_size = cfg.image_size or zoo.default_image_size(cfg.model)
+        self.synthetic = cfg.data == "synthetic" or data_dir is None
+        self.cifar = None if self.synthetic else data.load_cifar10(data_dir)
+        self.backend = backend or load_backend(cfg, devices, self.image_size)
+        self.start_epoch = 0
+        if restore_dir:
+            self.backend.load(restore_dir)
+            self.start_epoch = checkpoint_epoch(restore_dir) + 1
+        train_size = data.CIFAR10_TRAIN_SIZE if self.cifar is None else len(self.cifar.train_x)
+        self.steps = data.steps_per_epoch(train_size, cfg.global_batch, cfg.steps_per_epoch)
+        self.batch = cfg.global_batch // shard.count  # what this process trains on per step
+        self.timer = StepTimer(cfg.warmup_steps)
+        self.fixed = {
+            "device_kind": devices.kind,
+            "ray_gpu_ids": ",".join(devices.ray_gpu_ids),
+            "data_kind": "synthetic" if self.synthetic else "real",
+            "image_size": self.image_size,
+            "param_count": self.backend.param_count(),
+            "framework_version": self.backend.framework_version,
+            "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0),
+            "pid": os.getpid(),
+            **environment.capture(devices.kind, devices.count),
+            "cudnn_version": self.backend.cudnn_version if devices.kind == "gpu" else None,
+        }
+
+    def run_epoch(self, epoch: int) -> dict[str, Any]:
+        """Train one epoch (and validate it on the first worker); the epoch's row."""
+        cfg, backend, cifar, timer = self.cfg, self.backend, self.cifar, self.timer
         lr = lr_at(cfg, epoch)
         loss_sum, correct, seen = 0.0, 0, 0
         timer.start_epoch()
         t0 = time.perf_counter()
-        batches = (iter(lambda: backend.synthetic(), None) if synthetic else
-                   data.prefetch(data.train_batches(cifar.train_x, cifar.train_y, cfg.global_batch, steps, cfg.seed, epoch, backend.layout)))
+        batches = (iter(lambda: backend.synthetic(), None) if self.synthetic else
+                   data.prefetch(data.train_batches(cifar.train_x, cifar.train_y, cfg.global_batch, self.steps,
+                                                    cfg.seed, epoch, backend.layout, self.shard.rank, self.shard.count)))
         timer.start()
-        for step, batch in zip(range(steps), batches):
-            if not synthetic:
+        for step, batch in zip(range(self.steps), batches):
+            if not self.synthetic:
                 batch = backend.put(*batch)
             step_loss, step_correct = backend.train_step(batch, lr)
             timer.stop()
+            if self.step_check:
+                self.step_check()
             timer.start()
-            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + cfg.global_batch
+            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + self.batch
             if not math.isfinite(step_loss):
                 break
         epoch_time = time.perf_counter() - t0
         diverged = not math.isfinite(loss_sum)
 
         val_acc, t1 = None, time.perf_counter()
-        if not synthetic and not diverged:
+        if not self.synthetic and not diverged and self.shard.rank == 0:
             hits = sum(backend.eval_step(backend.put(x, y)) for x, y in
-                       data.eval_batches(cifar.test_x, cifar.test_y, cfg.global_batch, cfg.val_examples, backend.layout))
+                       data.eval_batches(cifar.test_x, cifar.test_y, self.batch, cfg.val_examples, backend.layout))
             val_acc = hits / min(len(cifar.test_x), cfg.val_examples or len(cifar.test_x))
 
-        steady = throughput(timer.epoch_times(), cfg.global_batch)
-        metrics = {
-            **fixed,
+        steady = throughput(timer.epoch_times(), self.batch)
+        return {
+            **self.fixed,
             "epoch": epoch,
             "lr_applied": lr,
-            "steps": steps,
+            "steps": self.steps,
             "epoch_time_s": epoch_time,  # training only; validation is timed apart, as MXNet's fit does
             "val_time_s": time.perf_counter() - t1,
             "images_per_sec": seen / epoch_time,
@@ -157,15 +174,24 @@ def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: 
             "steady_jitter": steady.jitter,
             "steady_steps": steady.steps,
             "train_loss": loss_sum / seen if seen else None,
-            "train_acc": None if synthetic else correct / seen,
+            "train_acc": None if self.synthetic else correct / seen,
             "val_acc": val_acc,
             "peak_device_mem_mib": backend.device_peak_mib(),
             "peak_host_rss_mib": host_peak_rss_mib(),
             "diverged": diverged,
         }
-        if diverged:  # the rows so far stand; no checkpoint of a broken model
+
+
+def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: Report,
+              restore_dir: str | None = None, backend: Backend | None = None,
+              step_check: Callable[[], None] | None = None) -> None:
+    """The training loop of one trial, without Ray: the engine and the raw benchmark both run this."""
+    loop = TrialLoop(cfg, devices, data_dir, restore_dir, backend, step_check=step_check)
+    for epoch in range(loop.start_epoch, cfg.epochs):
+        metrics = loop.run_epoch(epoch)
+        if metrics["diverged"]:  # the rows so far stand; no checkpoint of a broken model
             report(metrics, None)
             return
         with tempfile.TemporaryDirectory() as path:
-            save_checkpoint(backend, path, epoch)
+            save_checkpoint(loop.backend, path, epoch)
             report(metrics, path)

@@ -95,3 +95,45 @@ class NvmlPeakMemory:
 
     def peak_mib(self) -> list[float]:
         return [p - b for p, b in zip(self._peak, self._baseline)]
+
+
+def total_over_workers(rows: list[dict]) -> dict:
+    """One epoch row of a trial trained by several workers (rank order).
+
+    Throughput is the sum over workers, as tf_cnn_benchmarks' `total images/sec`; the epoch lasts as
+    long as its slowest worker; loss and accuracy are the workers' mean; the first worker validates.
+    Where each worker has its own value (node, GPUs, memory), the row lists them all, worker by worker.
+    """
+    if len(rows) == 1:
+        return dict(rows[0])
+
+    def total(key: str) -> float | None:
+        values = [r[key] for r in rows]
+        return None if any(v is None for v in values) else sum(values)
+
+    def spread(key: str) -> float | None:  # independent workers: their errors add in quadrature
+        values = [r[key] for r in rows]
+        return None if any(v is None for v in values) else sum(v * v for v in values) ** 0.5
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in rows]
+        return None if any(v is None for v in values) else statistics.fmean(values)
+
+    memory = [r["peak_device_mem_mib"] for r in rows]
+    return {
+        **rows[0],
+        "ray_gpu_ids": ";".join(r["ray_gpu_ids"] for r in rows),
+        "ray_node_id": ";".join(r["ray_node_id"] for r in rows),
+        "hostname": ";".join(dict.fromkeys(r["hostname"] for r in rows)),
+        "epoch_time_s": max(r["epoch_time_s"] for r in rows),
+        "images_per_sec": total("images_per_sec"),
+        "steady_images_per_sec": total("steady_images_per_sec"),
+        "steady_images_per_sec_stderr": spread("steady_images_per_sec_stderr"),
+        "steady_jitter": spread("steady_jitter"),
+        "steady_steps": min(r["steady_steps"] for r in rows),
+        "train_loss": mean("train_loss"),
+        "train_acc": mean("train_acc"),
+        "peak_device_mem_mib": None if any(m is None for m in memory) else [v for m in memory for v in m],
+        "peak_host_rss_mib": max(r["peak_host_rss_mib"] for r in rows),
+        "diverged": any(r["diverged"] for r in rows),
+    }

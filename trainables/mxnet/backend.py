@@ -26,14 +26,21 @@ class Backend:
         on_gpu = devices.kind == "gpu"
         self.ctx = [mx.gpu(i) if on_gpu else mx.cpu(i) for i in range(devices.count)]
         self.image_size = image_size
-        self.global_batch = cfg.global_batch
         self.batch_per_gpu = cfg.batch_per_gpu
         self.net = models.build(cfg.model)
         self.net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self.ctx)
         self.net.hybridize(static_alloc=True, static_shape=True)
+        # dist_sync: the servers sum the workers' gradients and each worker updates its own copy, so the
+        # optimizer state is local and a checkpoint holds it. dist_async: MXNet updates on the servers,
+        # each worker's gradients as they come (unbounded staleness); its state stays there.
+        self.on_servers = cfg.kvstore == "dist_async"
+        self.distributed = cfg.kvstore.startswith("dist")
         self.trainer = gluon.Trainer(self.net.collect_params(), "sgd",
                                      {"learning_rate": cfg.lr, "momentum": cfg.momentum, "wd": cfg.weight_decay},
-                                     kvstore=cfg.kvstore)
+                                     kvstore=cfg.kvstore,
+                                     update_on_kvstore={"dist_sync": False, "dist_async": True}.get(cfg.kvstore))
+        # Gradients are averaged over what one update sums: every worker's batch, or (async) this worker's.
+        self.update_batch = cfg.batch_per_gpu * devices.count if self.on_servers else cfg.global_batch
         self.loss = gluon.loss.SoftmaxCrossEntropyLoss()
         # NVML numbers GPUs physically, as Ray's ids do; CUDA_VISIBLE_DEVICES renumbers them for MXNet only.
         self.memory = NvmlPeakMemory([int(i) for i in devices.ray_gpu_ids]) if on_gpu else None
@@ -60,14 +67,32 @@ class Backend:
                                [mx.nd.random.randint(0, 10, shape=(self.batch_per_gpu,), ctx=c).astype("float32") for c in self.ctx])
         return self._synthetic
 
+    def _start_sync_kvstore(self) -> None:
+        """dist_sync: every worker pulls the initial weights before any worker pushes a gradient.
+
+        Gluon's first step() does both unordered: a worker's initial pull can then return the servers'
+        gradient sum as its weights, and the workers drift apart silently (seen here in 1 of 3 to 10
+        runs). Doing it here, after the first backward and before step(), with a barrier, never did.
+        """
+        self.trainer._init_kvstore()
+        self.trainer._init_params()
+        mx.nd.waitall()
+        self.trainer._kvstore._barrier()
+
     def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
         xs, ys = batch
-        self.trainer.set_learning_rate(lr)
+        if lr != self.trainer.learning_rate:
+            self.trainer.set_learning_rate(lr)
+            if self.on_servers and self.trainer._kvstore:
+                # The servers run their own copy of the optimizer: send the new lr (their momentum restarts).
+                self.trainer._kvstore.set_optimizer(self.trainer._optimizer)
         with autograd.record():
             outs = [self.net(x) for x in xs]
             losses = [self.loss(o, y) for o, y in zip(outs, ys)]
         autograd.backward(losses)
-        self.trainer.step(self.global_batch)
+        if self.distributed and not self.on_servers and not self.trainer._kv_initialized:
+            self._start_sync_kvstore()
+        self.trainer.step(self.update_batch)
         # One host read per device synchronises the step (the clock is read after it).
         stats = [mx.nd.stack(l.sum(), (o.argmax(axis=1) == y).sum()).asnumpy() for l, o, y in zip(losses, outs, ys)]
         total = np.sum(stats, axis=0)
@@ -82,8 +107,25 @@ class Backend:
 
     def save(self, path: str) -> None:
         self.net.save_parameters(os.path.join(path, "mxnet.params"))
-        self.trainer.save_states(os.path.join(path, "mxnet.states"))
+        if not self.on_servers:  # MXNet cannot read the servers' optimizer state back: momentum restarts
+            self.trainer.save_states(os.path.join(path, "mxnet.states"))
 
     def load(self, path: str) -> None:
+        # Before the first step: the kvstore then starts from these weights on every worker and server.
         self.net.load_parameters(os.path.join(path, "mxnet.params"), ctx=self.ctx)
-        self.trainer.load_states(os.path.join(path, "mxnet.states"))
+        states = os.path.join(path, "mxnet.states")
+        if not os.path.exists(states):
+            return
+        if not self.distributed:
+            self.trainer.load_states(states)
+            return
+        # Gluon's load_states would start the dist kvstore here, outside step(); measured here, the
+        # servers then abort on a pull before init ("init N first"). The state is this worker's own
+        # (dist_sync updates locally), so it goes straight into the local updaters; step() starts the kvstore.
+        with open(states, "rb") as f:
+            blob = f.read()
+        for updater in self.trainer._updaters:
+            updater.set_states(blob)
+            updater.optimizer = self.trainer._updaters[0].optimizer
+        self.trainer._optimizer = self.trainer._updaters[0].optimizer
+        self.trainer._optimizer.param_dict = dict(enumerate(self.trainer._params))

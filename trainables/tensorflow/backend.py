@@ -1,4 +1,9 @@
-"""TensorFlow backend: a custom loop under tf.distribute.MirroredStrategy over the trial's devices."""
+"""TensorFlow backend: a custom loop under a tf.distribute strategy over the trial's devices.
+
+MirroredStrategy on one node; across nodes MultiWorkerMirroredStrategy (variable_update replicated)
+or ParameterServerStrategy with this process as the coordinator (parameter_server), the cluster read
+from TF_CONFIG as TensorFlow does (sweep/workers.py writes it).
+"""
 from __future__ import annotations
 
 import os
@@ -20,13 +25,11 @@ class Backend:
     cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
-        n = devices.count
-        if devices.kind == "gpu":
-            names = [f"/gpu:{i}" for i in range(n)]
-        else:  # emulated: as many logical CPU devices, set before TensorFlow initialises
-            cpu = tf.config.list_physical_devices("CPU")[0]
-            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
-            names = [f"/cpu:{i}" for i in range(n)]
+        self.parameter_server = cfg.variable_update == "parameter_server"
+        emulated = devices.kind != "gpu"
+        if emulated and cfg.gpus_per_node > 1 and (cfg.nodes > 1 or self.parameter_server):
+            raise ValueError("TensorFlow's multi-worker strategies use one CPU device per worker: emulate "
+                             f"gpus_per_node 1, not {cfg.gpus_per_node} (on GPU nodes any count works)")
         threads = cfg.cpus_per_trial
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
@@ -34,23 +37,31 @@ class Backend:
         self.devices = devices
         self.image_size = image_size
         self.batch_per_gpu = cfg.batch_per_gpu
-        self.strategy = tf.distribute.MirroredStrategy(devices=names)
+        self.nodes = cfg.nodes
+        self.strategy = self._strategy(cfg, devices)
         with self.strategy.scope():
             self.model = models.build(cfg.model, image_size)
             self.opt = tf.keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
             self.opt.build(self.model.trainable_variables)  # else the first strategy.run fails
         self._lr = cfg.lr
-        global_batch = float(cfg.global_batch)
-        # L2 as MXNet's wd (added to the gradient once, after aggregation): each replica adds 1/n of it.
-        wd_share = cfg.weight_decay / n
-        model, opt = self.model, self.opt
+        # Each update's gradients are the mean over the batch it sums: all replicas of all workers
+        # (all-reduce), or, with parameter servers, one worker's replicas (each worker updates on its own).
+        update_batch = float(cfg.batch_per_gpu * cfg.gpus_per_node if self.parameter_server else cfg.global_batch)
+        # L2 as MXNet's wd (added to the gradient once, after aggregation): each replica adds its share.
+        wd_share = cfg.weight_decay / self.strategy.num_replicas_in_sync
+        model, opt, strategy = self.model, self.opt, self.strategy
 
         def replica_train(x, y):
+            if self.parameter_server:  # one worker's batch reaches each of its replicas: take this one's slice
+                context = tf.distribute.get_replica_context()
+                share = tf.shape(x)[0] // context.num_replicas_in_sync
+                start = context.replica_id_in_sync_group * share
+                x, y = x[start:start + share], y[start:start + share]
             x = self._resize(x)
             with tf.GradientTape() as tape:
                 logits = model(x, training=True)
                 per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-                loss = tf.reduce_sum(per_example) / global_batch
+                loss = tf.reduce_sum(per_example) / update_batch
             variables = model.trainable_variables
             grads = tape.gradient(loss, variables)
             opt.apply_gradients([(g + wd_share * v, v) for g, v in zip(grads, variables)])
@@ -59,9 +70,33 @@ class Backend:
         def replica_eval(x, y):
             return self._correct(model(self._resize(x), training=False), y)
 
-        self._train = tf.function(lambda x, y: [self.strategy.reduce(SUM, t, None) for t in self.strategy.run(replica_train, (x, y))])
-        self._eval = tf.function(lambda x, y: self.strategy.reduce(SUM, self.strategy.run(replica_eval, (x, y)), None),
-                                 reduce_retracing=True)
+        if self.parameter_server:
+            # A step is one scheduled call per worker; the coordinator waits for the round.
+            worker_step = lambda x, y: [strategy.reduce(SUM, t, None) for t in strategy.run(replica_train, (x, y))]  # noqa: E731
+            self._worker_step = tf.function(worker_step)
+            self._worker_step_synthetic = tf.function(lambda it: worker_step(*next(it)))
+            self._eval = tf.function(lambda x, y: replica_eval(x, y), reduce_retracing=True)
+        else:
+            # Per-replica sums, added up here: under MultiWorkerMirroredStrategy, only this worker's replicas.
+            self._train = tf.function(lambda x, y: strategy.run(replica_train, (x, y)))
+            # No cross-worker reduction: only the first worker validates, the others would never join it.
+            self._eval = tf.function(lambda x, y: strategy.run(replica_eval, (x, y)), reduce_retracing=True)
+
+    def _strategy(self, cfg: TrialConfig, devices: Devices) -> tf.distribute.Strategy:
+        """Mirrored over this node's devices; across nodes, the cluster in TF_CONFIG (sweep/workers.py)."""
+        if self.parameter_server:
+            strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
+            self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+            return strategy
+        if cfg.nodes > 1:
+            return tf.distribute.MultiWorkerMirroredStrategy()  # this worker's GPUs, or its CPU
+        n = devices.count
+        if devices.kind == "gpu":
+            return tf.distribute.MirroredStrategy(devices=[f"/gpu:{i}" for i in range(n)])
+        # Emulated: as many logical CPU devices, set before TensorFlow initialises.
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+        return tf.distribute.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(n)])
 
     def _resize(self, x: tf.Tensor) -> tf.Tensor:
         if x.shape[1] == self.image_size:
@@ -76,31 +111,50 @@ class Backend:
         return int(self.model.count_params())
 
     def put(self, x: np.ndarray, y: np.ndarray) -> Any:
-        parts = list(zip(np.array_split(x, self.devices.count), np.array_split(y.astype(np.int32), self.devices.count)))
+        y = y.astype(np.int32)
+        if self.parameter_server:  # one part per worker, sent with its scheduled step
+            return [(tf.constant(a), tf.constant(b)) for a, b in zip(np.array_split(x, self.nodes), np.array_split(y, self.nodes))]
+        n = self.strategy.num_replicas_in_sync // (self.nodes if self.nodes > 1 else 1)  # this worker's replicas
+        parts = list(zip(np.array_split(x, n), np.array_split(y, n)))
         # value_fn runs under each replica's device scope, so each slice lands on its own device.
-        values = self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: tuple(tf.constant(a) for a in parts[ctx.replica_id_in_sync_group]))
-        return values
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: tuple(tf.constant(a) for a in parts[ctx.replica_id_in_sync_group % n]))
 
     def synthetic(self) -> Any:
         if not hasattr(self, "_synthetic"):
             b, s = self.batch_per_gpu, self.image_size
-            self._synthetic = self.strategy.experimental_distribute_values_from_function(
-                lambda ctx: (tf.random.uniform((b, s, s, 3)), tf.random.uniform((b,), 0, 10, dtype=tf.int32)))
+            if self.parameter_server:  # made on each worker, from its own dataset
+                per_worker = b * self.strategy.num_replicas_in_sync
+                dataset = lambda: tf.data.Dataset.from_tensors(  # noqa: E731
+                    (tf.random.uniform((per_worker, s, s, 3)), tf.random.uniform((per_worker,), 0, 10, dtype=tf.int32))).repeat()
+                self._synthetic = [iter(self.coordinator.create_per_worker_dataset(dataset))] * self.nodes
+            else:
+                self._synthetic = self.strategy.experimental_distribute_values_from_function(
+                    lambda ctx: (tf.random.uniform((b, s, s, 3)), tf.random.uniform((b,), 0, 10, dtype=tf.int32)))
         return self._synthetic
 
     def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
         if lr != self._lr:
             self.opt.learning_rate.assign(lr)
             self._lr = lr
+        if self.parameter_server:
+            step = self._worker_step_synthetic if batch is getattr(self, "_synthetic", None) else self._worker_step
+            rounds = [self.coordinator.schedule(step, args=part if isinstance(part, tuple) else (part,)) for part in batch]
+            self.coordinator.join()
+            values = [r.fetch() for r in rounds]
+            return float(sum(v[0] for v in values)), int(sum(v[1] for v in values))
         loss, correct = self._train(*batch)
-        return float(loss.numpy()), int(correct.numpy())  # host reads synchronise the step
+        local = self.strategy.experimental_local_results
+        # Host reads synchronise the step.
+        return float(sum(t.numpy() for t in local(loss))), int(sum(t.numpy() for t in local(correct)))
 
     def eval_step(self, batch: Any) -> int:
-        return int(self._eval(*batch).numpy())
+        if self.parameter_server:  # the coordinator evaluates inline, reading the parameter servers
+            return int(sum(self._eval(x, y).numpy() for x, y in batch))
+        return int(sum(t.numpy() for t in self.strategy.experimental_local_results(self._eval(*batch))))
 
     def device_peak_mib(self) -> list[float] | None:
-        if self.devices.kind != "gpu":
+        if self.devices.kind != "gpu" or self.parameter_server:  # the workers' allocators are not this process's
             return None
         return [tf.config.experimental.get_memory_info(f"GPU:{i}")["peak"] / 2**20 for i in range(self.devices.count)]
 

@@ -1,0 +1,295 @@
+"""A trial that spans processes and nodes: its workers and servers as Ray actors in its placement group.
+
+Such a trial's placement group has one bundle per node, STRICT_SPREAD, and an empty head bundle: the
+Tune trainable holds no resources and only coordinates (sweep/runner.py: trial_resources). Into
+bundle i go, all started into the trial's placement group so that Ray accounts for them:
+
+- MXNet (kvstore dist_sync / dist_async): a TrialWorker with the bundle's GPUs and CPUs, running
+  trainables.loop.TrialLoop on its slice of every global batch; an MXNet server as a RoleProcess;
+  and, in bundle 0, the scheduler. The DMLC environment tells each process its role.
+- TensorFlow, replicated: a TrialWorker per node under MultiWorkerMirroredStrategy (TF_CONFIG).
+- TensorFlow, parameter_server: a worker server (with the GPUs) and a parameter server (on CPU, as
+  in seed 004) per node, both RoleProcesses; the trainable runs the loop as ParameterServerStrategy's
+  coordinator, TensorFlow's "chief".
+
+The actors are owned by the trainable: when it ends, however it ends, they end, and each RoleProcess's
+child dies with it (PR_SET_PDEATHSIG). A worker or server that dies fails the trial at once, with its
+name, and Tune's FailureConfig retries it from its last checkpoint.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from trainables.config import TrialConfig
+from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, save_checkpoint
+from trainables.measure import total_over_workers
+
+
+class WorkerLost(RuntimeError):
+    """A worker or server process of a distributed trial ended while the trial ran."""
+
+
+def _free_address() -> str:
+    """This node's address and a port free on it, for a framework's own cluster spec."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    return f"{ray.util.get_node_ip_address()}:{port}"
+
+
+def _die_with_parent() -> None:
+    """In a RoleProcess's child: SIGKILL it when the actor's process dies, however that dies."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+@ray.remote(max_restarts=0, max_concurrency=2)  # wait() blocks in one thread while stop() can run
+class RoleProcess:
+    """A framework's server role (MXNet scheduler or server, TensorFlow ps or worker server) as a child process."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def free_address(self) -> str:
+        return _free_address()
+
+    def placement(self) -> tuple[str, list[str]]:
+        """(node id, GPU ids) Ray gave this role."""
+        return ray.get_runtime_context().get_node_id(), [str(i) for i in ray.get_gpu_ids()]
+
+    def start(self, module: str, env: dict[str, str]) -> int:
+        self.proc = subprocess.Popen([sys.executable, "-m", module], env={**os.environ, **env},
+                                     preexec_fn=_die_with_parent)
+        return self.proc.pid
+
+    def wait(self) -> int:
+        """Returns when the child exits: the coordinator's watch on this role."""
+        return self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@ray.remote(max_restarts=0, max_concurrency=2)  # exit() must run while epoch() is blocked
+class TrialWorker:
+    """One worker of a data-parallel trial: the shared loop on its node's devices and its slice of each batch."""
+
+    def __init__(self, gpus: int, emulated: bool) -> None:
+        from sweep.trial import assigned_devices
+
+        self.devices = assigned_devices(gpus, emulated)
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.loop: TrialLoop | None = None
+
+    def free_address(self) -> str:
+        return _free_address()
+
+    def start(self, trial: dict[str, Any], env: dict[str, str], data_dir: str | None,
+              restore: dict[str, bytes] | None, shard: Shard) -> int:
+        os.environ.update(env)  # the framework reads its cluster (TF_CONFIG, DMLC_*) from here
+        cfg = TrialConfig.from_dict(trial)
+        with tempfile.TemporaryDirectory() as path:
+            if restore:
+                _write_files(path, restore)
+            self.loop = TrialLoop(cfg, self.devices, data_dir, path if restore else None, shard=shard)
+        return os.getpid()
+
+    def epoch(self, epoch: int) -> dict[str, Any]:
+        return {**self.loop.run_epoch(epoch), "ray_node_id": self.node_id}
+
+    def exit(self) -> None:
+        """End this process now. A worker blocked in a collective or a push whose peer died does not
+        always end on ray.kill (TensorFlow ignores SIGTERM; measured here, MXNet workers outlived it)."""
+        os._exit(0)
+
+    def checkpoint(self, epoch: int) -> dict[str, bytes]:
+        with tempfile.TemporaryDirectory() as path:
+            save_checkpoint(self.loop.backend, path, epoch)
+            return _read_files(path)
+
+
+def _read_files(path: str) -> dict[str, bytes]:
+    out = {}
+    for name in os.listdir(path):
+        with open(os.path.join(path, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def _write_files(path: str, files: dict[str, bytes]) -> None:
+    for name, blob in files.items():
+        with open(os.path.join(path, name), "wb") as f:
+            f.write(blob)
+
+
+class Group:
+    """The actors of one distributed trial: started into its bundles, watched, and stopped together."""
+
+    def __init__(self, cfg: TrialConfig) -> None:
+        self.cfg = cfg
+        self.pg = ray.util.get_current_placement_group()
+        self.actors: list[Any] = []  # all of them, to kill at the end
+        self.workers: list[Any] = []  # TrialWorkers
+        self.roles: list[Any] = []  # (RoleProcess, name)
+        self.watch: dict[ray.ObjectRef, str] = {}  # each role's wait(): ready means that process ended
+
+    def _at(self, bundle: int) -> PlacementGroupSchedulingStrategy:
+        return PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
+
+    def worker(self, bundle: int, emulated: bool) -> Any:
+        cfg = self.cfg
+        actor = TrialWorker.options(num_cpus=cfg.cpus_per_trial, num_gpus=cfg.gpus_per_node,
+                                    scheduling_strategy=self._at(bundle)).remote(cfg.gpus_per_node, emulated)
+        self.actors.append(actor)
+        self.workers.append(actor)
+        return actor
+
+    def role(self, bundle: int, name: str, with_devices: bool = False) -> Any:
+        """A RoleProcess; with_devices: it takes the bundle's GPUs and CPUs (a TensorFlow worker server)."""
+        cfg = self.cfg
+        options = {"num_cpus": cfg.cpus_per_trial, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
+        actor = RoleProcess.options(**options, scheduling_strategy=self._at(bundle)).remote()
+        self.actors.append(actor)
+        self.roles.append((actor, name))
+        return actor
+
+    def start_roles(self, starts: list[tuple[Any, str, str, dict[str, str]]]) -> None:
+        """Start each (actor, name, module, env) child process, then watch it."""
+        self.get([actor.start.remote(module, env) for actor, _, module, env in starts])
+        for actor, name, _, _ in starts:
+            self.watch[actor.wait.remote()] = name
+
+    def check(self) -> None:
+        """Raise WorkerLost if any watched process has ended."""
+        if self.watch:
+            ready, _ = ray.wait(list(self.watch), num_returns=1, timeout=0)
+            if ready:
+                self._lost(ready[0])
+
+    def _lost(self, ref: ray.ObjectRef) -> None:
+        try:
+            why = f"exited with code {ray.get(ref)}"
+        except ray.exceptions.RayError as e:
+            why = f"died ({type(e).__name__})"
+        raise WorkerLost(f"{self.watch[ref]} of the trial {why}; its other workers and servers were stopped")
+
+    def get(self, refs: list[ray.ObjectRef]) -> list[Any]:
+        """ray.get, failing at once when a watched process ends meanwhile (its peers would wait for ever)."""
+        pending = list(refs)
+        while pending:
+            ready, _ = ray.wait(pending + list(self.watch), num_returns=1)
+            if ready[0] in self.watch:
+                self._lost(ready[0])
+            pending.remove(ready[0])
+            ray.get(ready[0])  # a worker's error (or death) ends the trial here
+        return ray.get(refs)
+
+    def stop(self) -> None:
+        for actor, _ in self.roles:
+            try:
+                ray.get(actor.stop.remote(), timeout=30)
+            except ray.exceptions.RayError:
+                pass  # already gone: its child went with it
+        exits = [actor.exit.remote() for actor in self.workers]
+        ray.wait(exits, num_returns=len(exits), timeout=10)  # each ends with its process: an error, at once
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+
+
+def run(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, restore_dir: str | None) -> None:
+    """Train a distributed trial; report one row per epoch, totalled over its workers."""
+    group = Group(cfg)
+    try:
+        if cfg.framework == "tensorflow" and cfg.variable_update == "parameter_server":
+            _parameter_server(group, cfg, emulated, data_dir, report, restore_dir)
+        else:
+            _data_parallel(group, cfg, emulated, data_dir, report, restore_dir)
+    finally:
+        group.stop()
+
+
+def _data_parallel(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report,
+                   restore_dir: str | None) -> None:
+    """Every worker runs the loop on its slice; the framework reduces gradients among them."""
+    workers = [group.worker(i, emulated) for i in range(cfg.nodes)]
+    envs = (_mxnet_roles(group, cfg) if cfg.framework == "mxnet" else
+            _tensorflow_workers(group, workers))
+    restore = _read_files(restore_dir) if restore_dir else None
+    group.get([w.start.remote(cfg.to_dict(), env, data_dir, restore, Shard(rank, cfg.nodes))
+               for rank, (w, env) in enumerate(zip(workers, envs))])
+    start = checkpoint_epoch(restore_dir) + 1 if restore_dir else 0
+    for epoch in range(start, cfg.epochs):
+        metrics = total_over_workers(group.get([w.epoch.remote(epoch) for w in workers]))
+        if metrics["diverged"]:
+            report(metrics, None)
+            return
+        files = group.get([workers[0].checkpoint.remote(epoch)])[0]
+        with tempfile.TemporaryDirectory() as path:
+            _write_files(path, files)
+            report(metrics, path)
+
+
+def _mxnet_roles(group: Group, cfg: TrialConfig) -> list[dict[str, str]]:
+    """MXNet's parameter-server cluster: a scheduler, one server per node; the workers' DMLC environment."""
+    scheduler = group.role(0, "MXNet scheduler")
+    servers = [group.role(i, f"MXNet server {i}") for i in range(cfg.nodes)]
+    address = ray.get(scheduler.free_address.remote())
+    host, port = address.rsplit(":", 1)
+    common = {"DMLC_PS_ROOT_URI": host, "DMLC_PS_ROOT_PORT": port, "DMLC_NUM_SERVER": str(cfg.nodes),
+              "DMLC_NUM_WORKER": str(cfg.nodes)}
+    module = "trainables.mxnet.server"
+    group.start_roles([(scheduler, "MXNet scheduler", module, {**common, "DMLC_ROLE": "scheduler"})] +
+                      [(s, f"MXNet server {i}", module, {**common, "DMLC_ROLE": "server"}) for i, s in enumerate(servers)])
+    return [{**common, "DMLC_ROLE": "worker"} for _ in range(cfg.nodes)]
+
+
+def _tensorflow_workers(group: Group, workers: list[Any]) -> list[dict[str, str]]:
+    """MultiWorkerMirroredStrategy's TF_CONFIG for each worker, from the addresses they found free."""
+    from trainables.tensorflow.cluster import tf_config
+
+    addresses = group.get([w.free_address.remote() for w in workers])
+    return [{"TF_CONFIG": tf_config({"worker": addresses}, "worker", rank)} for rank in range(len(workers))]
+
+
+def _parameter_server(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report,
+                      restore_dir: str | None) -> None:
+    """ParameterServerStrategy: worker and ps servers per node; this process runs the loop as the coordinator."""
+    from trainables.loop import run_trial
+    from trainables.tensorflow.cluster import tf_config
+
+    workers = [group.role(i, f"TensorFlow worker {i}", with_devices=True) for i in range(cfg.nodes)]
+    servers = [group.role(i, f"TensorFlow parameter server {i}") for i in range(cfg.nodes)]
+    addresses = group.get([a.free_address.remote() for a in workers + servers])
+    nodes, gpu_ids = zip(*group.get([w.placement.remote() for w in workers]))
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the coordinator computes nothing; its node's GPUs are others'
+    cluster = {"chief": [_free_address()], "worker": addresses[:cfg.nodes], "ps": addresses[cfg.nodes:]}
+    device_env = {"SWEEP_EMULATED_DEVICES": str(cfg.gpus_per_node)} if emulated else {}
+    if emulated:
+        device_env["CUDA_VISIBLE_DEVICES"] = ""
+    module = "trainables.tensorflow.server"
+    group.start_roles(
+        [(w, f"TensorFlow worker {i}", module, {"TF_CONFIG": tf_config(cluster, "worker", i), **device_env})
+         for i, w in enumerate(workers)] +
+        [(s, f"TensorFlow parameter server {i}", module, {"TF_CONFIG": tf_config(cluster, "ps", i),
+                                                          "CUDA_VISIBLE_DEVICES": ""})
+         for i, s in enumerate(servers)])
+    os.environ["TF_CONFIG"] = tf_config(cluster, "chief", 0)
+    devices = Devices("cpu-emulated" if emulated else "gpu", cfg.num_gpus, tuple(";".join(ids) for ids in gpu_ids))
+    spread = {"ray_node_id": ";".join(nodes), "ray_gpu_ids": ";".join(",".join(ids) for ids in gpu_ids)}
+
+    def checked_report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
+        group.check()  # a lost worker or server fails the trial, never a quiet epoch on fewer workers
+        report({**metrics, **spread}, checkpoint_dir)
+
+    run_trial(cfg, devices, data_dir, checked_report, restore_dir, step_check=group.check)

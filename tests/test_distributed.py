@@ -1,0 +1,171 @@
+"""Trials that span nodes: a real two-node Ray cluster on this machine, fake GPUs, one CPU device per worker."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from cifar_files import write_cifar10
+from conftest import ROOT, SWEEPS, run_cli
+
+from sweep import store
+from trainables.measure import total_over_workers
+
+NODE = {"num_cpus": 2, "num_gpus": 2}
+# What a distributed trial starts: its Ray actors, and the framework servers they run as children.
+TRIAL_PROCESSES = ("ray::TrialWorker", "ray::RoleProcess", "trainables.mxnet.server", "trainables.tensorflow.server")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args=NODE)
+    cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cifar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_cifar10(tmp_path_factory.mktemp("cifar"), train_per_file=400, test=500)
+
+
+def trial_processes() -> dict[int, str]:
+    """pid -> command line of every process on this machine that a distributed trial started."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(name in cmdline for name in TRIAL_PROCESSES):
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def wait_for_no_trial_processes(timeout_s: float = 30) -> dict[int, str]:
+    deadline = time.time() + timeout_s
+    while (left := trial_processes()) and time.time() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+def test_total_over_workers_sums_throughput_and_waits_for_the_slowest() -> None:
+    row = {"ray_gpu_ids": "0", "ray_node_id": "a", "hostname": "h", "epoch_time_s": 2.0, "images_per_sec": 100.0,
+           "steady_images_per_sec": 120.0, "steady_images_per_sec_stderr": 3.0, "steady_jitter": 4.0, "steady_steps": 9,
+           "train_loss": 1.0, "train_acc": 0.5, "val_acc": 0.7, "peak_device_mem_mib": None, "peak_host_rss_mib": 500.0,
+           "diverged": False}
+    other = {**row, "ray_gpu_ids": "1", "ray_node_id": "b", "epoch_time_s": 3.0, "images_per_sec": 80.0,
+             "steady_images_per_sec": 90.0, "steady_images_per_sec_stderr": 4.0, "steady_steps": 8, "train_loss": 2.0,
+             "val_acc": None, "peak_host_rss_mib": 700.0}
+    total = total_over_workers([row, other])
+    assert total["images_per_sec"] == 180.0 and total["steady_images_per_sec"] == 210.0  # tf_cnn's total images/sec
+    assert total["steady_images_per_sec_stderr"] == pytest.approx(5.0)
+    assert total["epoch_time_s"] == 3.0 and total["steady_steps"] == 8 and total["train_loss"] == 1.5
+    assert total["val_acc"] == 0.7  # the first worker validates
+    assert total["ray_node_id"] == "a;b" and total["ray_gpu_ids"] == "0;1" and total["peak_host_rss_mib"] == 700.0
+    assert not total["diverged"] and total_over_workers([row, {**other, "diverged": True}])["diverged"]
+
+
+@pytest.mark.slow
+def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    out = run_cli(str(SWEEPS / "distributed.yaml"), "--address", cluster.address, "--data-dir", str(cifar),
+                  "--results", str(results), "--scale", "full", timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+    folder = store.run_dirs(results, "distributed")[-1]
+    summary = pd.read_parquet(folder / "trials").set_index("trial_id")
+    epochs = pd.read_parquet(folder / "epochs")
+    assert set(summary.status) == {"completed"}
+    modes = {(r.framework, r.kvstore if r.framework == "mxnet" else r.variable_update) for r in summary.itertuples()}
+    assert modes == {("mxnet", "dist_sync"), ("mxnet", "dist_async"), ("tensorflow", "replicated"),
+                     ("tensorflow", "parameter_server")}
+    assert not epochs.duplicated(["trial_id", "epoch"]).any()
+    for tid, rows in epochs.groupby("trial_id"):
+        rows = rows.sort_values("epoch")
+        mode = summary.loc[tid, ["framework", "kvstore", "variable_update"]].tolist()
+        assert list(rows.epoch) == [0, 1, 2], mode
+        assert (rows.nodes == 2).all() and (rows.num_gpus == 2).all() and (rows.global_batch == 64).all()
+        for nodes, gpus in zip(rows.ray_node_id, rows.ray_gpu_ids):
+            assert len(set(nodes.split(";"))) == 2, (mode, nodes)  # one worker on each node (STRICT_SPREAD)
+            assert len(gpus.split(";")) == 2, (mode, gpus)
+        assert (rows.steady_images_per_sec > 0).all() and (rows.images_per_sec > 0).all()
+        assert rows.val_acc.iloc[-1] > 0.6, (mode, list(rows.val_acc))  # chance is 0.1
+        assert rows.train_loss.iloc[-1] < rows.train_loss.iloc[0], mode
+    assert not wait_for_no_trial_processes(), "processes left behind"
+
+
+def kill_sweep(tmp_path: Path, mode: str) -> Path:
+    path = tmp_path / "kill.yaml"
+    path.write_text(f"""\
+description: "a distributed trial of several epochs, to kill a worker under"
+fixed: {{model: resnet8_cifar, data: synthetic, nodes: 2, gpus_per_node: 1, batch_per_gpu: 16, epochs: 5,
+         steps_per_epoch: 25, warmup_steps: 1, lr: 0.05, {mode}}}
+""")
+    return path
+
+
+def victim(kind: str) -> int | None:
+    """A process of the running trial to kill: MXNet's second worker actor, or a TensorFlow worker server."""
+    for pid, cmdline in sorted(trial_processes().items()):
+        if kind == "worker actor" and cmdline.startswith("ray::TrialWorker"):
+            return pid
+        if kind == "worker server" and "trainables.tensorflow.server" in cmdline:
+            try:
+                if b'"type": "worker"' in Path(f"/proc/{pid}/environ").read_bytes():
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,kind", [("framework: mxnet, kvstore: dist_sync", "worker actor"),
+                                       ("framework: tensorflow, variable_update: parameter_server", "worker server")],
+                         ids=["mxnet-dist_sync", "tensorflow-parameter_server"])
+def test_a_killed_worker_ends_its_trial_and_the_retry_finishes_it(cluster, tmp_path: Path, mode: str, kind: str) -> None:
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(kill_sweep(tmp_path, mode)), "--address", cluster.address,
+                             "--results", str(results), "--scale", "full", "--max-failures", "1"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while True:  # kill once the trial has checkpointed an epoch, mid-way through its five
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+            runs = store.run_dirs(results, "kill")
+            try:
+                done = store.RunStore(runs[-1]).epochs() if runs else None
+            except store.StoreError:
+                done = None
+            if done is not None and len(done) and done.epoch.max() >= 1 and (pid := victim(kind)):
+                break
+            time.sleep(0.2)
+        first_attempt = trial_processes()
+        os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=400)
+        assert proc.returncode == 0, out[-4000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    folder = store.run_dirs(results, "kill")[-1]
+    summary = pd.read_parquet(folder / "trials")
+    epochs = pd.read_parquet(folder / "epochs").sort_values("epoch")
+    assert list(summary.status) == ["completed"] and summary.attempts.iloc[0] == 2, out[-3000:]
+    assert list(epochs.epoch) == [0, 1, 2, 3, 4]  # every epoch exactly once
+    assert epochs.attempt.iloc[0] == 1 and epochs.attempt.iloc[-1] == 2  # the retry went on from a checkpoint
+    left = wait_for_no_trial_processes()
+    assert not left, f"processes left behind: {left}"
+    assert not set(first_attempt) & set(trial_processes())
