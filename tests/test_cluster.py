@@ -67,7 +67,7 @@ def test_infeasible_trial_is_rejected_within_seconds(cluster, tmp_path: Path) ->
     assert time.time() - t0 < 30
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "1 of 3 trials fit no node" in out.stderr and "--skip-infeasible" in out.stderr
-    assert "the largest node has 4 GPUs" in out.stdout and " 8 " in out.stdout  # the table names the trial
+    assert "the largest has 4 GPUs" in out.stdout and " 8 " in out.stdout  # the table names the trial
     assert not results.exists()
 
 
