@@ -27,7 +27,7 @@ class Backend:
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         self.parameter_server = cfg.variable_update == "parameter_server"
         emulated = devices.kind != "gpu"
-        if emulated and cfg.gpus_per_node > 1 and (cfg.nodes > 1 or self.parameter_server):
+        if emulated and (cfg.gpus_per_node or cfg.num_gpus) > 1 and (cfg.nodes > 1 or self.parameter_server):
             raise ValueError("TensorFlow's multi-worker strategies use one CPU device per worker: emulate "
                              f"gpus_per_node 1, not {cfg.gpus_per_node} (on GPU nodes any count works)")
         threads = cfg.cpus_per_trial
@@ -46,7 +46,7 @@ class Backend:
         self._lr = cfg.lr
         # Each update's gradients are the mean over the batch it sums: all replicas of all workers
         # (all-reduce), or, with parameter servers, one worker's replicas (each worker updates on its own).
-        update_batch = float(cfg.batch_per_gpu * cfg.gpus_per_node if self.parameter_server else cfg.global_batch)
+        update_batch = float(cfg.batch_per_gpu * (cfg.gpus_per_node or cfg.num_gpus) if self.parameter_server else cfg.global_batch)
         # L2 as MXNet's wd (added to the gradient once, after aggregation): each replica adds its share.
         wd_share = cfg.weight_decay / self.strategy.num_replicas_in_sync
         model, opt, strategy = self.model, self.opt, self.strategy
