@@ -76,7 +76,8 @@ def run_raw(config: dict[str, Any], data_dir: Path | None = None, timeout: float
 def spec_settings(config: dict[str, Any]) -> dict[str, Any]:
     """A resolved trial config (sweep.spec.Trial.config) as sweep-file settings giving the same trial."""
     # None is every optional setting's default, and not a value a sweep file may give.
-    out = {k: v for k, v in config.items() if k not in ("data_dir", "lr_rule") and v is not None}
+    # gpus_per_node follows from num_gpus and nodes: a sweep file gives one of the two.
+    out = {k: v for k, v in config.items() if k not in ("data_dir", "lr_rule", "gpus_per_node") and v is not None}
     if out.get("base_lr") is not None:  # the engine derives lr from the linear scaling rule again
         out.pop("lr", None)
     return out
