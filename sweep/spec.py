@@ -338,11 +338,10 @@ def _resolve_gpus(where: str, scale: str, values: dict[str, Any]) -> None:
                         f"(scale '{scale}')")
     if "gpus_per_node" in values:
         values["num_gpus"] = nodes * values["gpus_per_node"]
-    elif "num_gpus" in values:
+    elif "num_gpus" in values:  # TrialConfig derives gpus_per_node
         if values["num_gpus"] % nodes:
             raise SpecError(f"{where}: num_gpus: expected a multiple of nodes ({nodes}) to spread evenly, "
                             f"got {values['num_gpus']} (scale '{scale}')")
-        values["gpus_per_node"] = values["num_gpus"] // nodes
     else:
         raise SpecError(f"{where}: num_gpus: expected a value (or gpus_per_node) in fixed, grid or include (scale '{scale}')")
 

@@ -274,9 +274,7 @@ def _parameter_server(group: Group, cfg: TrialConfig, emulated: bool, data_dir: 
     nodes, gpu_ids = zip(*group.get([w.placement.remote() for w in workers]))
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the coordinator computes nothing; its node's GPUs are others'
     cluster = {"chief": [_free_address()], "worker": addresses[:cfg.nodes], "ps": addresses[cfg.nodes:]}
-    device_env = {"SWEEP_EMULATED_DEVICES": str(cfg.gpus_per_node)} if emulated else {}
-    if emulated:
-        device_env["CUDA_VISIBLE_DEVICES"] = ""
+    device_env = {"SWEEP_EMULATED_DEVICES": str(cfg.gpus_per_node), "CUDA_VISIBLE_DEVICES": ""} if emulated else {}
     module = "trainables.tensorflow.server"
     group.start_roles(
         [(w, f"TensorFlow worker {i}", module, {"TF_CONFIG": tf_config(cluster, "worker", i), **device_env})

@@ -43,9 +43,13 @@ class TrialConfig:
     cpus_per_trial: int = 1
     kvstore: str = "device"  # MXNet only; TensorFlow uses MirroredStrategy's all-reduce
     nodes: int = 1  # a trial with nodes > 1 runs one worker per node (sweep/workers.py)
-    gpus_per_node: int | None = None  # None: num_gpus (the spec loader fills it in)
+    gpus_per_node: int | None = None  # None: num_gpus / nodes, filled in on construction
     variable_update: str = "replicated"  # TensorFlow only: all-reduce, or parameter servers on CPU
     data_dir: str | None = field(default=None, compare=False)  # set by the engine, not the spec
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node is None:  # a config made outside the spec loader (trainables.local, tests)
+            object.__setattr__(self, "gpus_per_node", self.num_gpus // self.nodes)
 
     @property
     def global_batch(self) -> int:

@@ -34,7 +34,7 @@ class Backend:
         # optimizer state is local and a checkpoint holds it. dist_async: MXNet updates on the servers,
         # each worker's gradients as they come (unbounded staleness); its state stays there.
         self.on_servers = cfg.kvstore == "dist_async"
-        self.distributed = cfg.kvstore.startswith("dist")
+        self.dist_sync = cfg.kvstore == "dist_sync"
         self.trainer = gluon.Trainer(self.net.collect_params(), "sgd",
                                      {"learning_rate": cfg.lr, "momentum": cfg.momentum, "wd": cfg.weight_decay},
                                      kvstore=cfg.kvstore,
@@ -90,7 +90,7 @@ class Backend:
             outs = [self.net(x) for x in xs]
             losses = [self.loss(o, y) for o, y in zip(outs, ys)]
         autograd.backward(losses)
-        if self.distributed and not self.on_servers and not self.trainer._kv_initialized:
+        if self.dist_sync and not self.trainer._kv_initialized:
             self._start_sync_kvstore()
         self.trainer.step(self.update_batch)
         # One host read per device synchronises the step (the clock is read after it).
@@ -116,7 +116,7 @@ class Backend:
         states = os.path.join(path, "mxnet.states")
         if not os.path.exists(states):
             return
-        if not self.distributed:
+        if not self.dist_sync:
             self.trainer.load_states(states)
             return
         # Gluon's load_states would start the dist kvstore here, outside step(); measured here, the

@@ -27,7 +27,7 @@ class Backend:
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         self.parameter_server = cfg.variable_update == "parameter_server"
         emulated = devices.kind != "gpu"
-        if emulated and (cfg.gpus_per_node or cfg.num_gpus) > 1 and (cfg.nodes > 1 or self.parameter_server):
+        if emulated and cfg.gpus_per_node > 1 and (cfg.nodes > 1 or self.parameter_server):
             raise ValueError("TensorFlow's multi-worker strategies use one CPU device per worker: emulate "
                              f"gpus_per_node 1, not {cfg.gpus_per_node} (on GPU nodes any count works)")
         threads = cfg.cpus_per_trial
@@ -46,7 +46,7 @@ class Backend:
         self._lr = cfg.lr
         # Each update's gradients are the mean over the batch it sums: all replicas of all workers
         # (all-reduce), or, with parameter servers, one worker's replicas (each worker updates on its own).
-        update_batch = float(cfg.batch_per_gpu * (cfg.gpus_per_node or cfg.num_gpus) if self.parameter_server else cfg.global_batch)
+        update_batch = float(cfg.batch_per_gpu * cfg.gpus_per_node if self.parameter_server else cfg.global_batch)
         # L2 as MXNet's wd (added to the gradient once, after aggregation): each replica adds its share.
         wd_share = cfg.weight_decay / self.strategy.num_replicas_in_sync
         model, opt, strategy = self.model, self.opt, self.strategy
@@ -114,7 +114,7 @@ class Backend:
         y = y.astype(np.int32)
         if self.parameter_server:  # one part per worker, sent with its scheduled step
             return [(tf.constant(a), tf.constant(b)) for a, b in zip(np.array_split(x, self.nodes), np.array_split(y, self.nodes))]
-        n = self.strategy.num_replicas_in_sync // (self.nodes if self.nodes > 1 else 1)  # this worker's replicas
+        n = self.strategy.num_replicas_in_sync // self.nodes  # this worker's replicas
         parts = list(zip(np.array_split(x, n), np.array_split(y, n)))
         # value_fn runs under each replica's device scope, so each slice lands on its own device.
         return self.strategy.experimental_distribute_values_from_function(
