@@ -106,6 +106,24 @@ def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar
     assert not wait_for_no_trial_processes(), "processes left behind"
 
 
+def test_mxnet_dist_kvstores_start_from_conv_weights_mkldnn_has_reordered(cluster, tmp_path: Path) -> None:
+    """AlexNet's conv weights are in MKLDNN's layout after an inference-mode forward; MXNet 1.9.1's
+    rank 0 then silently skipped their initial push and the servers aborted (every run, both kvstores)."""
+    sweep = tmp_path / "alexnet.yaml"
+    sweep.write_text("""\
+description: "AlexNet across two nodes, both MXNet dist kvstores, a couple of steps"
+fixed: {framework: mxnet, model: alexnet, image_size: 63, data: synthetic, nodes: 2, gpus_per_node: 1,
+        batch_per_gpu: 4, epochs: 2, steps_per_epoch: 2, warmup_steps: 1, val_examples: 8, lr: 0.01}
+grid: {kvstore: [dist_sync, dist_async]}
+""")
+    results = tmp_path / "results"
+    out = run_cli(str(sweep), "--address", cluster.address, "--results", str(results), "--scale", "full", timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+    epochs = pd.read_parquet(store.run_dirs(results, "alexnet")[-1] / "epochs")
+    assert sorted(epochs.groupby("kvstore").epoch.max().items()) == [("dist_async", 1), ("dist_sync", 1)]
+    assert not wait_for_no_trial_processes(), "processes left behind"
+
+
 def kill_sweep(tmp_path: Path, mode: str) -> Path:
     path = tmp_path / "kill.yaml"
     path.write_text(f"""\

@@ -35,6 +35,7 @@ class Backend:
         # each worker's gradients as they come (unbounded staleness); its state stays there.
         self.on_servers = cfg.kvstore == "dist_async"
         self.dist_sync = cfg.kvstore == "dist_sync"
+        self.distributed = cfg.kvstore.startswith("dist")
         self.trainer = gluon.Trainer(self.net.collect_params(), "sgd",
                                      {"learning_rate": cfg.lr, "momentum": cfg.momentum, "wd": cfg.weight_decay},
                                      kvstore=cfg.kvstore,
@@ -67,17 +68,30 @@ class Backend:
                                [mx.nd.random.randint(0, 10, shape=(self.batch_per_gpu,), ctx=c).astype("float32") for c in self.ctx])
         return self._synthetic
 
-    def _start_sync_kvstore(self) -> None:
-        """dist_sync: every worker pulls the initial weights before any worker pushes a gradient.
+    def _start_dist_kvstore(self) -> None:
+        """Start the dist kvstore: every worker gets rank 0's initial weights before any gradient is pushed.
 
-        Gluon's first step() does both unordered: a worker's initial pull can then return the servers'
-        gradient sum as its weights, and the workers drift apart silently (seen here in 1 of 3 to 10
-        runs). Doing it here, after the first backward and before step(), with a barrier, never did.
+        Done here, after the first backward, instead of in Gluon's first step(), for two MXNet 1.9.1
+        faults measured here:
+        - Rank 0 pushes the initial weights from the parameters' own arrays, and a weight that MKLDNN
+          has reordered in place (an inference-mode forward does that to conv weights) is not sent at
+          all: the push fails inside MXNet's engine without an error and the servers abort ("init N
+          first"; 5 of 5 AlexNet runs). Plain copies of the weights are pushed instead (0 of 5).
+        - dist_sync: step() pulls the initial weights and pushes gradients unordered, and a worker's
+          pull can return the servers' gradient sum as its weights (1 in 3 to 10 runs). A barrier after
+          the initial pulls keeps every gradient behind them.
         """
-        self.trainer._init_kvstore()
-        self.trainer._init_params()
+        trainer = self.trainer
+        # dist_async sends the optimizer to the servers now, with the gradient scale step() would set.
+        trainer._optimizer.rescale_grad = trainer._scale / self.update_batch
+        trainer._init_kvstore()
+        for param in trainer._params_to_init:
+            arrays = param.list_data()
+            plain = mx.nd.array(arrays[0].asnumpy(), ctx=arrays[0].context, dtype=arrays[0].dtype)
+            trainer._kvstore.broadcast(trainer._param2idx[param.name], plain, arrays)
+        trainer._params_to_init = []
         mx.nd.waitall()
-        self.trainer._kvstore._barrier()
+        trainer._kvstore._barrier()
 
     def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
         xs, ys = batch
@@ -90,8 +104,8 @@ class Backend:
             outs = [self.net(x) for x in xs]
             losses = [self.loss(o, y) for o, y in zip(outs, ys)]
         autograd.backward(losses)
-        if self.dist_sync and not self.trainer._kv_initialized:
-            self._start_sync_kvstore()
+        if self.distributed and not self.trainer._kv_initialized:
+            self._start_dist_kvstore()
         self.trainer.step(self.update_batch)
         # One host read per device synchronises the step (the clock is read after it).
         stats = [mx.nd.stack(l.sum(), (o.argmax(axis=1) == y).sum()).asnumpy() for l, o, y in zip(losses, outs, ys)]
