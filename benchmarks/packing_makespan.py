@@ -27,6 +27,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from sweep import packing  # noqa: E402
 from sweep.runner import trial_resources  # noqa: E402
 from sweep.spec import Trial  # noqa: E402
+from trainables.config import TrialConfig  # noqa: E402
 
 NODES = 2
 GPUS_PER_NODE = 8
@@ -40,7 +41,8 @@ def make_trials(scale: float) -> tuple[list[Trial], dict[str, float]]:
     for gpus, (count, duration) in MIX.items():
         for i in range(count):
             tid = f"g{gpus}-{i}"
-            config = {"num_gpus": gpus, "cpus_per_trial": 1, "seconds": duration * scale, "trial_id": tid}
+            config = TrialConfig("mxnet", "resnet20_cifar", num_gpus=gpus, batch_per_gpu=64, epochs=1, lr=0.1,
+                                 seed=i).to_dict()
             trials.append(Trial(tid, config))
             seconds[tid] = duration * scale
     return trials, seconds
@@ -48,14 +50,14 @@ def make_trials(scale: float) -> tuple[list[Trial], dict[str, float]]:
 
 def sleeper(config: dict) -> None:
     start = time.time()
-    time.sleep(config["trial"]["seconds"])
+    time.sleep(MIX[config["trial"]["num_gpus"]][1] * config["scale"])
     tune.report({"start": start, "end": time.time()})
 
 
-def makespan_of(order: list[Trial], storage: str) -> float:
+def makespan_of(order: list[Trial], scale: float, storage: str) -> float:
     tuner = tune.Tuner(
         tune.with_resources(sleeper, trial_resources),
-        param_space={"trial": tune.grid_search([t.config for t in order])},
+        param_space={"trial": tune.grid_search([t.config for t in order]), "scale": scale},
         tune_config=tune.TuneConfig(reuse_actors=False),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     )
@@ -79,8 +81,8 @@ def main() -> None:
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         with tempfile.TemporaryDirectory() as storage:
-            default = makespan_of(trials, storage)
-            engine = makespan_of(ours, storage)
+            default = makespan_of(trials, args.scale, storage)
+            engine = makespan_of(ours, args.scale, storage)
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -105,8 +105,14 @@ CANDIDATES: dict[str, Callable[[Trial, dict[str, float]], tuple]] = {
 
 
 def order(trials: Sequence[Trial], seconds: dict[str, float], node_gpus: Sequence[float],
-          node_cpus: Sequence[float], swaps: int = 3000) -> tuple[list[Trial], str, float]:
-    """The order with the shortest simulated makespan: (order, how it was found, makespan)."""
+          node_cpus: Sequence[float], swaps: int = 8000) -> tuple[list[Trial], str, float]:
+    """The order with the shortest simulated makespan: (order, how it was found, makespan).
+
+    The best of a few sorted orders is improved by random pair swaps. A swap that leaves the makespan
+    as it is is kept too: most swaps do not move the last trial's end, and walking across those
+    plateaus is what finds the shorter ones (on benchmarks/packing_makespan.py's grid: 1.07 x the
+    lower bound when only strict improvements were kept, 1.03 with plateau moves).
+    """
     makespan = lambda o: simulate(o, seconds, node_gpus, node_cpus)  # noqa: E731
     best, how = list(trials), "grid order"
     best_time = makespan(best)
@@ -115,12 +121,15 @@ def order(trials: Sequence[Trial], seconds: dict[str, float], node_gpus: Sequenc
         if (t := makespan(candidate)) < best_time - 1e-9:
             best, how, best_time = candidate, name, t
     rng = random.Random(0)  # the same trials give the same order in every run
-    improved = False
-    for _ in range(swaps if len(best) > 1 else 0):
-        i, j = rng.sample(range(len(best)), 2)
-        best[i], best[j] = best[j], best[i]
-        if (t := makespan(best)) < best_time - 1e-9:
-            best_time, improved = t, True
+    walk, walk_time, improved = list(best), best_time, False
+    # Bounded work on big sweeps: a simulation costs about n log n.
+    for _ in range(min(swaps, 400_000 // max(len(best), 1)) if len(best) > 1 else 0):
+        i, j = rng.sample(range(len(walk)), 2)
+        walk[i], walk[j] = walk[j], walk[i]
+        if (t := makespan(walk)) <= walk_time + 1e-9:
+            walk_time = t
+            if t < best_time - 1e-9:
+                best, best_time, improved = list(walk), t, True
         else:
-            best[i], best[j] = best[j], best[i]
+            walk[i], walk[j] = walk[j], walk[i]
     return best, how + (", improved by swaps" if improved else ""), best_time

@@ -40,7 +40,19 @@ def test_spec_settings_give_the_same_trial() -> None:
             assert [t.trial_id for t in again] == [trial.trial_id]
 
 
-@pytest.mark.parametrize("script", ["engine_vs_raw.py", "yardsticks.py", "store_speed.py"])
+def test_packing_benchmark_trials_are_engine_trials() -> None:
+    """Its trials get the engine's resource request and order, as a sweep's would."""
+    import packing_makespan
+    from sweep import packing
+    from sweep.runner import trial_resources
+
+    trials, seconds = packing_makespan.make_trials(1.0)
+    assert [trial_resources({"trial": t.config}).bundles for t in trials[:1]] == [[{"CPU": 1, "GPU": 1}]]
+    ordered, _, makespan = packing.order(trials, seconds, [8, 8], [64, 64])
+    assert makespan < packing.simulate(trials, seconds, [8, 8], [64, 64])
+
+
+@pytest.mark.parametrize("script", ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makespan.py"])
 def test_script_help(script: str) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

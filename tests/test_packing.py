@@ -36,7 +36,8 @@ def test_order_is_never_worse_than_the_grid_and_beats_it_on_a_mixed_grid() -> No
     ordered, how, makespan = packing.order(trials, seconds, [8, 8], [64, 64])
     assert sorted(t.trial_id for t in ordered) == sorted(seconds)
     assert makespan == packing.simulate(ordered, seconds, [8, 8], [64, 64]) < grid
-    assert makespan / packing.lower_bound(trials, seconds, 16) <= 1.10
+    # 24 s (1.027 x the bound): the best that 200 random restarts of 2,000 swaps each found too.
+    assert makespan == 24.0 and makespan / packing.lower_bound(trials, seconds, 16) < 1.03
     assert packing.order(trials, seconds, [8, 8], [64, 64])[0] == ordered  # deterministic
 
 
