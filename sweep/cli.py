@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("sweep", help="sweep name or path to a .yaml file")
     run.add_argument("--scale", choices=spec.SCALES, help="default: full where GPUs exist, smoke where they are emulated")
     run.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else an embedded local Ray)")
-    run.add_argument("--results", default="results", help="results root (default: results/)")
+    run.add_argument("--results", default="results", help="results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)")
     run.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR"),
                      help="folder holding cifar-10-batches-py/ or cifar-10-python.tar.gz "
                           "(default: $SWEEP_DATA_DIR, else data/; a resume keeps its run's)")
@@ -51,13 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="with --resume: resume although the sweep file changed")
     status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run")
     status.add_argument("sweep", help="sweep name or path to a .yaml file")
-    status.add_argument("--results", default="results", help="results root (default: results/)")
+    status.add_argument("--results", default="results", help="results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)")
     report = sub.add_parser("report", help="tables (Markdown, CSV) and plots of a run")
     report.add_argument("target", help="a run folder, or a sweep name (its latest run under --results)")
     report.add_argument("--out", help="output folder (default: RUN_DIR/report)")
     report.add_argument("--against", metavar="RUN_B", help="compare with this run: every number as B/A")
     report.add_argument("--target-acc", type=float, metavar="X", help="accuracy target (default: the sweep file's)")
-    report.add_argument("--results", default="results", help="results root for a sweep name (default: results/)")
+    report.add_argument("--results", default="results", help="results root for a sweep name: a folder or a filesystem URI (default: results/)")
     return parser
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep import spec, store
+from sweep import location, spec, store
+from sweep.location import Location
 from sweep.spec import Sweep
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ def engine_columns() -> dict[str, Any]:
 class RunState:
     """What the store says of a run: every trial of its grid and the final status of those that ended."""
 
-    run_dir: Path
+    run_dir: Location
     meta: dict[str, Any]
     finished: dict[str, str]
 
@@ -63,17 +64,25 @@ class RunState:
         return bool(self.pending(retry_failed=False))
 
 
-def read_run(run_dir: Path) -> RunState:
+def read_run(run_dir: Location) -> RunState:
     run = store.RunStore(run_dir)
     return RunState(run_dir, run.meta, run.finished())
 
 
-def latest_unfinished(results: Path, sweep_name: str) -> RunState | None:
+def latest_unfinished(results: Location, sweep_name: str) -> RunState | None:
     for run_dir in reversed(store.run_dirs(results, sweep_name)):
         state = read_run(run_dir)
         if state.unfinished:
             return state
     return None
+
+
+def results_location(text: str) -> Location:
+    """--results: a folder, or a pyarrow filesystem URI every node reaches (s3://bucket/prefix)."""
+    try:
+        return location.at(text)
+    except ValueError as e:
+        raise UsageError(f"--results {e}") from None
 
 
 def _first_difference(old: str, new: str) -> str:
@@ -89,7 +98,7 @@ def _resume_command(args: argparse.Namespace, run_id: str) -> str:
     return f"python -m sweep {args.sweep} --resume {run_id}{results}"
 
 
-def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Path) -> RunState:
+def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) -> RunState:
     if args.resume == "latest":
         state = latest_unfinished(results, sweep.name)
         if state is None:
@@ -110,7 +119,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from trainables import data, environment
 
     sweep = spec.load(args.sweep)
-    results = Path(args.results).resolve()
+    results = results_location(args.results)
     address = args.address or os.environ.get("RAY_ADDRESS")
     if address and args.emulate_gpus:
         raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
@@ -185,7 +194,7 @@ def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[spec.Trial], 
 
 
 def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, sweep: Sweep, scale: str,
-                    all_trials: list[spec.Trial], trials: list[spec.Trial], results: Path, data_dir: str | None,
+                    all_trials: list[spec.Trial], trials: list[spec.Trial], results: Location, data_dir: str | None,
                     emulated: bool | None, resumed: RunState | None) -> int:
     from sweep import cluster as ray_cluster
     from sweep import monitor, packing, runner
@@ -259,7 +268,7 @@ def _infeasible_table(trials: list[spec.Trial], nodes: list[Any]) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     sweep = spec.load(args.sweep)
-    results = Path(args.results).resolve()
+    results = results_location(args.results)
     runs = store.run_dirs(results, sweep.name)
     if not runs:
         raise UsageError(f"no run of {sweep.name} under {results}")

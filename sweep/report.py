@@ -29,6 +29,8 @@ import yaml
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from sweep import location
+from sweep.location import Location, RemotePath
 from sweep.store import DONE, RunStore, StoreError, run_dirs
 
 # Statuses whose measurements count in the tables (store.DONE); the others are shown by name.
@@ -58,7 +60,7 @@ SOFTWARE = (("framework", "framework_version"), ("Python", "python_version"), ("
 
 @dataclass
 class Run:
-    dir: Path
+    dir: Location
     meta: dict[str, Any]
     trials: pd.DataFrame  # the store's summary rows, one per finished trial
     epochs: pd.DataFrame  # the store's epoch rows
@@ -78,9 +80,9 @@ class Run:
         return "cpu-emulated" in kinds or bool(self.meta.get("emulated"))
 
 
-def find_run(target: str, results: Path) -> Path:
-    """A run folder given as a path, a sweep's folder (its latest run), or a sweep name under results."""
-    path = Path(target)
+def find_run(target: str, results: Location) -> Location:
+    """A run folder given as a path or URI, a sweep's folder (its latest run), or a sweep name under results."""
+    path = location.at(target) if location.is_uri(target) else Path(target)
     if (path / "run.json").is_file():
         return path
     if path.is_dir() and run_dirs(path.parent, path.name):
@@ -94,7 +96,7 @@ def find_run(target: str, results: Path) -> Path:
     raise StoreError(f"no runs of sweep '{target}' under {results} (give a run folder or --results DIR)")
 
 
-def load_run(run_dir: Path) -> Run:
+def load_run(run_dir: Location) -> Run:
     """The run's rows; a missing or unreadable file, or a run with no finished trial, is a StoreError."""
     try:
         meta = json.loads((run_dir / "run.json").read_text())
@@ -111,7 +113,7 @@ def load_run(run_dir: Path) -> Run:
     return Run(run_dir, meta, trials, epochs, _spec_target(run_dir / "sweep.yaml"))
 
 
-def _spec_target(path: Path) -> float | None:
+def _spec_target(path: Location) -> float | None:
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):
@@ -821,16 +823,21 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.target_acc is not None and not 0 < args.target_acc <= 1:
         raise UsageError(f"--target-acc: expected a number in (0, 1], got {args.target_acc:g}")
-    results = Path(args.results)
+    try:
+        results = location.at(args.results)
+    except ValueError as e:
+        raise UsageError(f"--results {e}") from None
     run = load_run(find_run(args.target, results))
+    # A report is a local set of files: one of a run on remote storage goes under ./report/SWEEP/RUN_ID.
+    home = Path("report") / run.dir.parent.name / run.dir.name if isinstance(run.dir, RemotePath) else run.dir / "report"
     report = build_report(run, args.target_acc)
     if args.against:
         other = build_report(load_run(find_run(args.against, results)), args.target_acc)
-        out = Path(args.out) if args.out else run.dir / "report" / f"vs-{other.run.run_id}"
+        out = Path(args.out) if args.out else home / f"vs-{other.run.run_id}"
         files, main_table = write_comparison(report, other, out)
         print(f"A: {_summary_line(run, report.figures)}\nB: {_summary_line(other.run, other.figures)}")
     else:
-        out = Path(args.out) if args.out else run.dir / "report"
+        out = Path(args.out) if args.out else home
         files, main_table = write_report(report, out), report.throughput
         print(_summary_line(run, report.figures))
     if run.emulated:

@@ -22,7 +22,7 @@ os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
 
 from ray import tune  # noqa: E402
 
-from sweep import monitor  # noqa: E402
+from sweep import location, monitor  # noqa: E402
 from sweep import store as results  # noqa: E402
 from sweep.spec import Sweep, Trial  # noqa: E402
 from trainables.config import TrialConfig, trial_id  # noqa: E402
@@ -181,7 +181,7 @@ def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> bool:
                 trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_id(t.config['trial'])}",
                 trial_dirname_creator=lambda t: trial_id(t.config["trial"])),
             run_config=tune.RunConfig(
-                name=f"tune-{plan.session}", storage_path=str(plan.store.dir), callbacks=[callback, view], verbose=0,
+                name=f"tune-{plan.session}", **location.tune_storage(plan.store.dir), callbacks=[callback, view], verbose=0,
                 stop=interrupt,  # a Stopper: stop_all() turns true on Ctrl-C
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 failure_config=tune.FailureConfig(max_failures=plan.max_failures)),

@@ -10,7 +10,9 @@ Layout of a run, under --results:
   NAME/RUN_ID/tune*/            Ray Tune's own folders (one per session of the run): checkpoints
 Epoch rows are written by the trials themselves, summary rows by the driver.
 Every file is written to a hidden temporary name and renamed into place, so neither a reader nor a
-kill ever sees half a file; readers (and pyarrow datasets) skip hidden names.
+kill ever sees half a file; readers (and pyarrow datasets) skip hidden names. --results may also be a
+pyarrow filesystem URI (s3://bucket/prefix; sweep/location.py): the same layout, each file one put,
+which an object store makes visible whole or not at all.
 
   pandas.read_parquet("results/NAME/RUN_ID/epochs")   # every epoch row of a run
   pandas.read_parquet("results/NAME/RUN_ID/trials")   # one summary row per trial
@@ -22,7 +24,6 @@ import json
 import os
 import secrets
 import time
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -30,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
+from sweep.location import Location, RemotePath, at
 from trainables.config import field_names
 
 KEY = ("run_id", "trial_id", "epoch")
@@ -85,7 +87,10 @@ class StoreError(Exception):
     """A file in the store that cannot be read; the message names it."""
 
 
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
+def _atomic_write_bytes(path: Location, payload: bytes) -> None:
+    if isinstance(path, RemotePath):
+        path.write_bytes(payload)
+        return
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
         f.write(payload)
@@ -94,7 +99,7 @@ def _atomic_write_bytes(path: Path, payload: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _atomic_write_table(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+def _atomic_write_table(path: Location, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
     table = pa.Table.from_pylist(rows, schema=schema)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
@@ -109,18 +114,20 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def _read_table(path: Path, schema: pa.Schema) -> pa.Table:
+def _read_table(path: Location, schema: pa.Schema) -> pa.Table:
     try:
+        if isinstance(path, RemotePath):
+            return pq.read_table(path.path, schema=schema, filesystem=path.fs)
         return pq.read_table(path, schema=schema)
     except (pa.ArrowException, OSError) as e:
         raise StoreError(f"{path}: not a readable Parquet file of this store ({str(e).splitlines()[0]})") from None
 
 
-def _files(folder: Path) -> list[Path]:
+def _files(folder: Location) -> list[Location]:
     return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith((".", "_"))) if folder.is_dir() else []
 
 
-def _read_tables(files: list[Path], schema: pa.Schema) -> pa.Table:
+def _read_tables(files: list[Location], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables([_read_table(p, schema) for p in files]) if files else schema.empty_table()
 
 
@@ -133,7 +140,7 @@ def _newest_per_epoch(table: pa.Table) -> pa.Table:
     return pa.Table.from_pandas(frame, schema=table.schema, preserve_index=False)
 
 
-def _read_dir(folder: Path, schema: pa.Schema) -> pd.DataFrame:
+def _read_dir(folder: Location, schema: pa.Schema) -> pd.DataFrame:
     table = _read_tables(_files(folder), schema)
     return (_newest_per_epoch(table) if schema is EPOCH_SCHEMA else table).to_pandas()
 
@@ -141,7 +148,7 @@ def _read_dir(folder: Path, schema: pa.Schema) -> pd.DataFrame:
 class RunStore:
     """One run's folder. Each trial writes its own epoch file; the driver writes summaries."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Location) -> None:
         self.dir = run_dir
         self.epochs_dir = run_dir / "epochs"
         self.trials_dir = run_dir / "trials"
@@ -149,7 +156,7 @@ class RunStore:
         self._epoch_rows: dict[str, dict[int, dict[str, Any]]] = {}  # the writing trial's own rows
 
     @classmethod
-    def create(cls, results: Path, sweep: str, run_id: str, meta: dict[str, Any], spec_text: str) -> RunStore:
+    def create(cls, results: Location, sweep: str, run_id: str, meta: dict[str, Any], spec_text: str) -> RunStore:
         store = cls(results / sweep / run_id)
         store.epochs_dir.mkdir(parents=True)
         store.trials_dir.mkdir()
@@ -190,7 +197,7 @@ class RunStore:
         table = table.filter(pa.compute.equal(table["trial_id"], trial))
         return _newest_per_epoch(table).to_pylist()
 
-    def _part_files(self) -> list[Path]:
+    def _part_files(self) -> list[Location]:
         return [p for p in _files(self.epochs_dir) if p.name.startswith("part-")]
 
     def compact(self, finished: set[str]) -> None:
@@ -258,14 +265,16 @@ def summarize(trial_id: str, config: dict[str, Any], epochs: list[dict[str, Any]
     return row
 
 
-def run_dirs(results: Path, sweep: str) -> list[Path]:
+def run_dirs(results: Location, sweep: str) -> list[Location]:
     """A sweep's runs, oldest first (run ids sort by start time)."""
     folder = results / sweep
     return sorted(p for p in folder.iterdir() if (p / "run.json").exists()) if folder.is_dir() else []
 
 
-def read_runs(results: Path, sweep: str, table: str = "epochs") -> pd.DataFrame:
-    """Every run of a sweep as one frame ("epochs" or "trials"); rows carry their run_id."""
+def read_runs(results: Location | str, sweep: str, table: str = "epochs") -> pd.DataFrame:
+    """Every run of a sweep as one frame ("epochs" or "trials"); rows carry their run_id.
+    results: a folder, or a filesystem URI (s3://bucket/prefix)."""
     schema = EPOCH_SCHEMA if table == "epochs" else TRIAL_SCHEMA
-    frames = [_read_dir(run_dir / table, schema) for run_dir in run_dirs(Path(results), sweep)]
+    folder = at(results) if isinstance(results, str) else results
+    frames = [_read_dir(run_dir / table, schema) for run_dir in run_dirs(folder, sweep)]
     return pd.concat(frames, ignore_index=True) if frames else schema.empty_table().to_pandas()

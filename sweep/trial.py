@@ -7,10 +7,13 @@ replayed epoch replaces its row. The driver only adds each trial's summary row a
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from sweep import location
+from sweep.location import Location, RemotePath
 from sweep.store import RunStore
 from trainables import environment
 from trainables.config import TrialConfig, trial_id
@@ -30,9 +33,16 @@ def assigned_devices(num_gpus: int, emulated: bool) -> Devices:
     return Devices("gpu", num_gpus, ids)
 
 
-def latest_checkpoint(run_dir: Path, tid: str) -> str | None:
-    """The newest complete epoch checkpoint of a trial from any earlier session of the run."""
-    found = [(checkpoint_epoch(str(p)), str(p)) for p in run_dir.glob(f"tune*/{tid}/checkpoint_*") if p.is_dir()]
+def latest_checkpoint(run_dir: Location, tid: str, scratch: str) -> str | None:
+    """The newest complete epoch checkpoint of a trial from any earlier session of the run, as a local
+    folder; checkpoints on remote storage (Tune keeps two per session) are downloaded into scratch."""
+    found = []
+    for i, path in enumerate(run_dir.glob(f"tune*/{tid}/checkpoint_*")):
+        if isinstance(path, RemotePath):
+            local = os.path.join(scratch, str(i))
+            path.download(Path(local))
+            path = local
+        found.append((checkpoint_epoch(str(path)), str(path)))
     complete = [(epoch, path) for epoch, path in found if epoch is not None]
     return max(complete)[1] if complete else None
 
@@ -45,7 +55,7 @@ def train(config: dict[str, Any]) -> None:
     cfg = TrialConfig.from_dict(config["trial"])
     runtime = config["runtime"]
     tid = trial_id(config["trial"])
-    store = RunStore(Path(runtime["run_dir"]))
+    store = RunStore(location.at(runtime["run_dir"]))
     store.record_start(tid)
     # The driver decides for an embedded Ray; on a joined cluster each node tells for itself.
     emulated = runtime["emulated"] if runtime["emulated"] is not None else environment.real_gpu_count() == 0
@@ -69,7 +79,8 @@ def train(config: dict[str, Any]) -> None:
         with checkpoint.as_directory() as path:
             _train(cfg, emulated, runtime["data_dir"], report, path)
         return
-    _train(cfg, emulated, runtime["data_dir"], report, latest_checkpoint(store.dir, tid))
+    with tempfile.TemporaryDirectory() as scratch:
+        _train(cfg, emulated, runtime["data_dir"], report, latest_checkpoint(store.dir, tid, scratch))
 
 
 def _train(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, restore_dir: str | None) -> None:

@@ -1,0 +1,113 @@
+"""--results as a pyarrow filesystem URI: an S3 server on this machine (moto), the real CLI, Parquet on it."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+from conftest import ROOT, run_cli
+
+from sweep import location, store
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="module")
+def s3_uri() -> str:
+    """s3://sweeps/results on a local S3 endpoint; this process and every CLI run get its credentials."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    saved = {k: os.environ.get(k) for k in CREDENTIALS}
+    os.environ.update(CREDENTIALS)
+    try:
+        pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
+                          allow_bucket_creation=True).create_dir("sweeps")
+        yield f"s3://sweeps/results?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def test_a_run_store_on_s3_writes_and_reads_every_row_once(s3_uri: str) -> None:
+    results = location.at(s3_uri)
+    meta = {"sweep": "x", "run_id": "r1", "scale": "full", "trials": ["a", "b"], "sessions": []}
+    run = store.RunStore.create(results, "x", "r1", meta, "description: x\n")
+    for epoch in (0, 1, 1):  # epoch 1 replayed: the later row replaces it
+        run.write_epoch({"run_id": "r1", "trial_id": "a", "epoch": epoch, "reported_at": time.time()})
+    run.record_start("a")
+    run.compact({"a"})
+    run.write_epoch({"run_id": "r1", "trial_id": "b", "epoch": 0, "reported_at": time.time()})
+    run.finish_trial({"sweep": "x", "run_id": "r1", "trial_id": "a", "status": "completed"}, run.trial_epochs("a"))
+    again = store.RunStore(location.at(str(run.dir)))  # as a trial process opens it, from text
+    assert again.meta == meta and again.attempts("a") == 1
+    assert sorted(zip(again.epochs().trial_id, again.epochs().epoch)) == [("a", 0), ("a", 1), ("b", 0)]
+    assert again.finished() == {"a": "completed"}
+    assert [p.name for p in store.run_dirs(results, "x")] == ["r1"]
+    assert len(store.read_runs(s3_uri, "x")) == 3
+
+
+def test_a_uri_pyarrow_cannot_open_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    out = run_cli(str(ROOT / "tests" / "sweeps" / "tiny_mxnet.yaml"), "--results", "nosuchscheme://bucket/x", timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip().startswith("error: --results nosuchscheme://bucket/x") and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_an_interrupted_sweep_on_s3_resumes_from_its_checkpoint_there(s3_uri: str, tmp_path: Path) -> None:
+    sweep = tmp_path / "remote.yaml"
+    sweep.write_text("""\
+description: "one MXNet trial of four epochs, results and checkpoints on S3"
+fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, batch_per_gpu: 16, epochs: 4,
+        steps_per_epoch: 20, warmup_steps: 1, lr: 0.05}
+""")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **CREDENTIALS}
+    env.pop("RAY_ADDRESS", None)
+    results = location.at(s3_uri)
+
+    def epochs_done() -> int:
+        runs = store.run_dirs(results, "remote")
+        try:
+            return len(store.RunStore(runs[-1]).epochs()) if runs else 0
+        except store.StoreError:
+            return 0
+
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(sweep), "--results", s3_uri], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while epochs_done() < 2:  # stop the driver once two epochs (and their checkpoints) are on S3
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "resume with" in out, out[-3000:]
+    run_dir = store.run_dirs(results, "remote")[-1]
+    assert run_dir.glob("tune-1/*/checkpoint_*"), "Tune's checkpoints are not on S3"
+
+    again = run_cli(str(sweep), "--results", s3_uri, "--resume", timeout=400, env=CREDENTIALS)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    epochs = store.RunStore(run_dir).epochs().sort_values("epoch")
+    assert list(epochs.epoch) == [0, 1, 2, 3]  # every epoch once
+    resumed = epochs[epochs.attempt == 2]
+    assert len(resumed) and resumed.epoch.min() >= 2, epochs[["epoch", "attempt"]]  # from the S3 checkpoint
+    status = run_cli("status", str(sweep), "--results", s3_uri, timeout=120, env=CREDENTIALS)
+    assert status.returncode == 0 and "1 done" in status.stdout, status.stdout + status.stderr
+    report = run_cli("report", "remote", "--results", s3_uri, "--out", str(tmp_path / "report"), timeout=300,
+                     env=CREDENTIALS)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert (tmp_path / "report" / "report.md").is_file()
