@@ -34,6 +34,11 @@ second epoch's images_per_sec: steps_per_epoch=40, warmup_steps=10). Our engine'
 steady-state images/s (mean of per-step rates after warm-up), is printed beside it; it reads a few
 percent higher than an images/time figure by construction (a mean of rates >= the rate of the mean).
 
+MXNet gets a third figure: our train_step (trainables.mxnet.backend.Backend, the code each trial runs
+per step) on their network, imported from the checkout as a Gluon SymbolBlock by
+benchmarks/_their_network.py. Against their program that compares the loops on one network, which
+is what the yardstick asks; the first comparison also differs in the network (below).
+
 Differences that remain (their flags cannot remove them):
   - tf_cnn_benchmarks' resnet20 (v1) uses "option A" shortcuts (1x1 average pool + zero channel
     padding, no weights) and no ReLU after the stem; ours uses 1x1 conv + BN projections where
@@ -66,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import shlex
 import subprocess
@@ -164,6 +170,17 @@ def theirs_mxnet(folder: Path, args: argparse.Namespace, scratch: Path) -> tuple
     return harmonic, shown
 
 
+def ours_their_network(folder: Path, args: argparse.Namespace) -> tuple[float, str]:
+    """Our MXNet train_step on their network (benchmarks/_their_network.py): the loops on one network."""
+    cmd = [PYTHON, str(Path(__file__).with_name("_their_network.py")), str(folder), str(args.batch),
+           str(args.warmup_steps), str(args.steps)]
+    proc = subprocess.run(cmd, env=child_env(OMP_NUM_THREADS=str(args.threads)), capture_output=True, text=True,
+                          timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["images_per_sec"], f"OMP_NUM_THREADS={args.threads} " + shlex.join(cmd)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tf_dir = locate(args.tf_benchmarks, "tf_cnn_benchmarks.py", "scripts/tf_cnn_benchmarks")
@@ -185,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(("tensorflow", "tf_cnn_benchmarks resnet20, 32x32", None, lambda: theirs_tf(tf_dir, args)))
     if mx_dir:
         cases.append(("mxnet", "train_cifar10.py resnet-20, 28x28", 28, lambda: theirs_mxnet(mx_dir, args, scratch)))
-    results = {c[0]: {"theirs": [], "ours": [], "steady": []} for c in cases}
+    results = {c[0]: {"theirs": [], "ours": [], "steady": [], "their_network": []} for c in cases}
     commands: dict[str, dict[str, str]] = {}
     for rnd in range(args.repeats):
         for i, (framework, _, size, theirs) in enumerate(cases):
@@ -200,10 +217,14 @@ def main(argv: list[str] | None = None) -> int:
                     value, cmd = theirs()
                     results[framework]["theirs"].append(value)
                 got[side] = cmd
+            if framework == "mxnet":  # and our step on their network, right after the two
+                value, got["their_network"] = ours_their_network(mx_dir, args)
+                results[framework]["their_network"].append(value)
             commands[framework] = got
             r = results[framework]
+            same = f", ours on their network {r['their_network'][-1]:.1f}" if r["their_network"] else ""
             print(f"  round {rnd + 1}/{args.repeats} {framework:<10} theirs {r['theirs'][-1]:7.1f}  ours {r['ours'][-1]:7.1f} "
-                  f"(steady {r['steady'][-1]:.1f}) img/s  order {'/'.join(order)}, load {load_average()}", flush=True)
+                  f"(steady {r['steady'][-1]:.1f}){same} img/s  order {'/'.join(order)}, load {load_average()}", flush=True)
     rows, lines = [], []
     for framework, what, _, _ in cases:
         r = results[framework]
@@ -212,6 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([framework, what, f"{median(r['theirs']):.1f}", spread(r["theirs"]), f"{median(r['ours']):.1f}",
                      spread(r["ours"]), f"{median(r['steady']):.1f}", f"{ratio:.3f}", f"{paired:.3f}"])
         lines.append(f"{framework}: ours/theirs = {ratio:.3f} -> {'no lower than theirs' if ratio >= 1 else 'LOWER than theirs'}")
+        if r["their_network"]:
+            same = median(r["their_network"]) / median(r["theirs"])
+            paired = median([o / t for o, t in zip(r["their_network"], r["theirs"])])
+            rows.append([framework, "same network: theirs, in our train_step", f"{median(r['theirs']):.1f}",
+                         spread(r["theirs"]), f"{median(r['their_network']):.1f}", spread(r["their_network"]), "-",
+                         f"{same:.3f}", f"{paired:.3f}"])
+            lines.append(f"{framework}, same network: ours/theirs = {same:.3f} -> "
+                         f"{'no lower than theirs' if same >= 1 else 'LOWER than theirs'}")
     print()
     print(table(["framework", "yardstick", "theirs img/s", "spread", "ours img/s", "spread", "ours steady",
                  "ours/theirs", "paired"], rows))
@@ -222,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     print("commands (last round):")
     for framework, cmds in commands.items():
         print(f"  {framework} theirs: {cmds['theirs']}\n  {framework} ours:   {cmds['ours']}")
+        if "their_network" in cmds:
+            print(f"  {framework} ours on their network: {cmds['their_network']}")
     import shutil
     shutil.rmtree(scratch, ignore_errors=True)
     return 0

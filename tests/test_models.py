@@ -47,7 +47,9 @@ def _copy_weights(net, model, keras) -> None:
     list layers in creation order: Gluon in registration order, Keras by the number in the layer's
     automatic name. Kernels go OIHW -> HWIO and (out, in) -> (in, out); the dense layer after a flatten
     gets its rows reordered from CHW (MXNet's flatten) to HWC (Keras')."""
-    kinds = {keras.layers.Conv2D: "conv", keras.layers.BatchNormalization: "batchnorm", keras.layers.Dense: "dense"}
+    from trainables.tensorflow.models import BatchNorm
+
+    kinds = {keras.layers.Conv2D: "conv", BatchNorm: "batchnorm", keras.layers.Dense: "dense"}
     flatten = [layer for layer in model.layers if isinstance(layer, keras.layers.Flatten)]
     for kind in kinds.values():
         ours = [p for p in net.collect_params().values() if re.match(rf"{kind}\d+_", p.name)]
