@@ -13,18 +13,18 @@ the network's parameter count.
 """
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import trainables.mxnet  # noqa: E402, F401  (the numpy alias mxnet 1.9.1 needs)
 import mxnet as mx  # noqa: E402
 from mxnet import gluon  # noqa: E402
 
+from _common import print_step_rate  # noqa: E402
 from trainables.config import TrialConfig  # noqa: E402
 from trainables.loop import Devices  # noqa: E402
 from trainables.mxnet.backend import Backend  # noqa: E402
@@ -49,14 +49,7 @@ def main(argv: list[str]) -> None:
     backend.net = net
     backend.trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": cfg.lr, "momentum": cfg.momentum,
                                                                   "wd": cfg.weight_decay}, kvstore=cfg.kvstore)
-    data = backend.synthetic()
-    for _ in range(warmup):
-        backend.train_step(data, cfg.lr)
-    start = time.perf_counter()
-    for _ in range(steps):
-        backend.train_step(data, cfg.lr)
-    elapsed = time.perf_counter() - start
-    print(json.dumps({"images_per_sec": batch * steps / elapsed, "param_count": backend.param_count()}))
+    print_step_rate(backend, batch, warmup, steps, cfg.lr)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,12 @@ second epoch's images_per_sec: steps_per_epoch=40, warmup_steps=10). Our engine'
 steady-state images/s (mean of per-step rates after warm-up), is printed beside it; it reads a few
 percent higher than an images/time figure by construction (a mean of rates >= the rate of the mean).
 
-MXNet gets a third figure: our train_step (trainables.mxnet.backend.Backend, the code each trial runs
-per step) on their network, imported from the checkout as a Gluon SymbolBlock by
-benchmarks/_their_network.py. Against their program that compares the loops on one network, which
-is what the yardstick asks; the first comparison also differs in the network (below).
+A third figure for each: our train_step (the framework's Backend, the code each trial runs per step)
+on their network. MXNet: their symbols/resnet.py, imported from the checkout as a Gluon SymbolBlock
+(benchmarks/_their_network.py). TensorFlow: their model is TF1 variable-scope code that no Keras loop
+runs, so benchmarks/_tf_cnn_resnet20.py builds their resnet20 in Keras from its description (option-A
+shortcuts, no ReLU after the stem, fused batch norm). Against their program that compares the loops
+on one network, which is what the yardstick asks; the first comparison also differs in the network.
 
 Differences that remain (their flags cannot remove them):
   - tf_cnn_benchmarks' resnet20 (v1) uses "option A" shortcuts (1x1 average pool + zero channel
@@ -170,10 +172,16 @@ def theirs_mxnet(folder: Path, args: argparse.Namespace, scratch: Path) -> tuple
     return harmonic, shown
 
 
-def ours_their_network(folder: Path, args: argparse.Namespace) -> tuple[float, str]:
-    """Our MXNet train_step on their network (benchmarks/_their_network.py): the loops on one network."""
-    cmd = [PYTHON, str(Path(__file__).with_name("_their_network.py")), str(folder), str(args.batch),
-           str(args.warmup_steps), str(args.steps)]
+def ours_their_network(framework: str, folder: Path | None, args: argparse.Namespace) -> tuple[float, str]:
+    """Our train_step on their network: the loops on one network. MXNet: their symbol file from the
+    checkout (benchmarks/_their_network.py); TensorFlow: their resnet20 built in Keras from its
+    description (benchmarks/_tf_cnn_resnet20.py)."""
+    if framework == "mxnet":
+        cmd = [PYTHON, str(Path(__file__).with_name("_their_network.py")), str(folder), str(args.batch),
+               str(args.warmup_steps), str(args.steps)]
+    else:
+        cmd = [PYTHON, str(Path(__file__).with_name("_tf_cnn_resnet20.py")), str(args.batch),
+               str(args.warmup_steps), str(args.steps), str(args.threads)]
     proc = subprocess.run(cmd, env=child_env(OMP_NUM_THREADS=str(args.threads)), capture_output=True, text=True,
                           timeout=900)
     if proc.returncode != 0:
@@ -217,9 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                     value, cmd = theirs()
                     results[framework]["theirs"].append(value)
                 got[side] = cmd
-            if framework == "mxnet":  # and our step on their network, right after the two
-                value, got["their_network"] = ours_their_network(mx_dir, args)
-                results[framework]["their_network"].append(value)
+            value, got["their_network"] = ours_their_network(framework, mx_dir, args)  # right after the two
+            results[framework]["their_network"].append(value)
             commands[framework] = got
             r = results[framework]
             same = f", ours on their network {r['their_network'][-1]:.1f}" if r["their_network"] else ""
