@@ -229,25 +229,19 @@ def main(argv: list[str] | None = None) -> int:
             results[framework]["their_network"].append(value)
             commands[framework] = got
             r = results[framework]
-            same = f", ours on their network {r['their_network'][-1]:.1f}" if r["their_network"] else ""
             print(f"  round {rnd + 1}/{args.repeats} {framework:<10} theirs {r['theirs'][-1]:7.1f}  ours {r['ours'][-1]:7.1f} "
-                  f"(steady {r['steady'][-1]:.1f}){same} img/s  order {'/'.join(order)}, load {load_average()}", flush=True)
+                  f"(steady {r['steady'][-1]:.1f}), ours on their network {r['their_network'][-1]:.1f} img/s  order {'/'.join(order)}, load {load_average()}", flush=True)
     rows, lines = [], []
     for framework, what, _, _ in cases:
         r = results[framework]
-        ratio = median(r["ours"]) / median(r["theirs"])
-        paired = median([o / t for o, t in zip(r["ours"], r["theirs"])])
-        rows.append([framework, what, f"{median(r['theirs']):.1f}", spread(r["theirs"]), f"{median(r['ours']):.1f}",
-                     spread(r["ours"]), f"{median(r['steady']):.1f}", f"{ratio:.3f}", f"{paired:.3f}"])
-        lines.append(f"{framework}: ours/theirs = {ratio:.3f} -> {'no lower than theirs' if ratio >= 1 else 'LOWER than theirs'}")
-        if r["their_network"]:
-            same = median(r["their_network"]) / median(r["theirs"])
-            paired = median([o / t for o, t in zip(r["their_network"], r["theirs"])])
-            rows.append([framework, "same network: theirs, in our train_step", f"{median(r['theirs']):.1f}",
-                         spread(r["theirs"]), f"{median(r['their_network']):.1f}", spread(r["their_network"]), "-",
-                         f"{same:.3f}", f"{paired:.3f}"])
-            lines.append(f"{framework}, same network: ours/theirs = {same:.3f} -> "
-                         f"{'no lower than theirs' if same >= 1 else 'LOWER than theirs'}")
+        for label, key, steady in ((what, "ours", f"{median(r['steady']):.1f}"),
+                                   ("same network: theirs, in our train_step", "their_network", "-")):
+            ratio = median(r[key]) / median(r["theirs"])
+            paired = median([o / t for o, t in zip(r[key], r["theirs"])])
+            rows.append([framework, label, f"{median(r['theirs']):.1f}", spread(r["theirs"]), f"{median(r[key]):.1f}",
+                         spread(r[key]), steady, f"{ratio:.3f}", f"{paired:.3f}"])
+            lines.append(f"{framework}{'' if key == 'ours' else ', same network'}: ours/theirs = {ratio:.3f} -> "
+                         f"{'no lower than theirs' if ratio >= 1 else 'LOWER than theirs'}")
     print()
     print(table(["framework", "yardstick", "theirs img/s", "spread", "ours img/s", "spread", "ours steady",
                  "ours/theirs", "paired"], rows))
@@ -257,9 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nelapsed {time.time() - started:.0f} s; load average at end: {load_average()}")
     print("commands (last round):")
     for framework, cmds in commands.items():
-        print(f"  {framework} theirs: {cmds['theirs']}\n  {framework} ours:   {cmds['ours']}")
-        if "their_network" in cmds:
-            print(f"  {framework} ours on their network: {cmds['their_network']}")
+        print(f"  {framework} theirs: {cmds['theirs']}\n  {framework} ours:   {cmds['ours']}\n"
+              f"  {framework} ours on their network: {cmds['their_network']}")
     import shutil
     shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -119,9 +119,6 @@ class RemotePath:
     def unlink(self) -> None:
         self.fs.delete_file(self.path)
 
-    def size(self) -> int | None:
-        return self.fs.get_file_info(self.path).size
-
     def download(self, local: Path) -> None:
         """Copy this folder, recursively, to a local one."""
         local.mkdir(parents=True, exist_ok=True)

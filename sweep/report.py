@@ -819,14 +819,11 @@ def write_comparison(a: Report, b: Report, out: Path) -> tuple[list[Path], Table
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`python -m sweep report`: write the report, print its main table; bad input is a StoreError."""
-    from sweep.cli import UsageError
+    from sweep.launch import UsageError, results_location
 
     if args.target_acc is not None and not 0 < args.target_acc <= 1:
         raise UsageError(f"--target-acc: expected a number in (0, 1], got {args.target_acc:g}")
-    try:
-        results = location.at(args.results)
-    except ValueError as e:
-        raise UsageError(f"--results {e}") from None
+    results = results_location(args.results)
     run = load_run(find_run(args.target, results))
     # A report is a local set of files: one of a run on remote storage goes under ./report/SWEEP/RUN_ID.
     home = Path("report") / run.dir.parent.name / run.dir.name if isinstance(run.dir, RemotePath) else run.dir / "report"

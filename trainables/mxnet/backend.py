@@ -133,9 +133,10 @@ class Backend:
         if not self.dist_sync:
             self.trainer.load_states(states)
             return
-        # Gluon's load_states would start the dist kvstore here, outside step(); measured here, the
-        # servers then abort on a pull before init ("init N first"). The state is this worker's own
-        # (dist_sync updates locally), so it goes straight into the local updaters; step() starts the kvstore.
+        # Gluon's load_states would start the dist kvstore here, through Gluon's own initial push, which
+        # MXNet drops for MKLDNN-reordered weights (the servers abort: see _start_dist_kvstore). The state
+        # is this worker's own (dist_sync updates locally), so it goes straight into the local updaters;
+        # the first train_step starts the kvstore.
         with open(states, "rb") as f:
             blob = f.read()
         for updater in self.trainer._updaters:
