@@ -56,6 +56,20 @@ def test_same_seed_same_first_epoch_and_restart_continues(framework: str, cifar:
     assert resumed[0]["val_acc"] == pytest.approx(full[1]["val_acc"], abs=0.02)
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_checkpoint_of_another_model_is_refused(framework: str, tmp_path: Path) -> None:
+    """Restoring weights into a network they were not saved from fails loudly, never half-loaded."""
+    config = {"framework": framework, "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 8, "epochs": 1,
+              "steps_per_epoch": 2, "warmup_steps": 1, "lr": 0.05, "data": "synthetic"}
+    run_local(config, "--checkpoint-dir", str(tmp_path / "ckpt"))
+    other = {**config, "model": "resnet8_cifar_v2", "epochs": 2}
+    out = subprocess.run([sys.executable, "-m", "trainables.local", json.dumps(other), "--restore", str(tmp_path / "ckpt")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "does not fit this model" in out.stderr if framework == "tensorflow" else "Parameter" in out.stderr
+    assert '"epoch"' not in out.stdout  # no epoch trained on a half-restored model
+
+
 def test_synthetic_and_real_throughput_within_ten_percent(cifar: Path) -> None:
     """The input pipeline (augmentation on a thread, host-to-device copy) is not the bottleneck."""
     config = {"framework": "mxnet", "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 64,

@@ -7,27 +7,35 @@ from __future__ import annotations
 
 import re
 
-# name -> default input side (pixels). CIFAR ResNets are written resnet<depth>_cifar, depth = 6n+2.
+# name -> default input side (pixels). CIFAR ResNets are written resnet<depth>_cifar (v1, as
+# tf_cnn_benchmarks' resnet<depth>) or resnet<depth>_cifar_v2 (pre-activation, as MXNet's
+# train_cifar10.py --network resnet, seed 001), depth = 6n+2 (v2: below 164, where MXNet's symbol
+# switches to bottleneck units).
 FIXED_MODELS: dict[str, int] = {
     "resnet50_v1": 224,   # ImageNet-style ResNet-50 v1 (seeds 000, 004)
     "inception_v3": 299,  # seeds 000 (CIFAR-10 resized to 299x299), 004
     "cifar10_conv": 32,   # Neon's examples/cifar10_conv.py convnet (seed 002)
     "alexnet": 224,       # seed 003
 }
-CIFAR_RESNET = re.compile(r"^resnet(\d+)_cifar$")
+CIFAR_RESNET = re.compile(r"^resnet(\d+)_cifar(_v2)?$")
 
 NUM_CLASSES = 10
 
 
 def cifar_resnet_units(name: str) -> int | None:
-    """Residual units per stage of resnet<depth>_cifar (depth = 6n+2), None if not such a name."""
+    """Residual units per stage of resnet<depth>_cifar[_v2] (depth = 6n+2), None if not such a name."""
     match = CIFAR_RESNET.match(name)
     if not match:
         return None
     depth = int(match.group(1))
-    if depth < 8 or (depth - 2) % 6:
+    if depth < 8 or (depth - 2) % 6 or (match.group(2) and depth >= 164):
         return None
     return (depth - 2) // 6
+
+
+def is_preact(name: str) -> bool:
+    """A pre-activation (v2) CIFAR ResNet."""
+    return cifar_resnet_units(name) is not None and name.endswith("_v2")
 
 
 def is_model(name: str) -> bool:
@@ -39,4 +47,4 @@ def default_image_size(name: str) -> int:
 
 
 def model_names_help() -> str:
-    return ", ".join(sorted(FIXED_MODELS)) + ", resnet<6n+2>_cifar (resnet20_cifar, resnet110_cifar, ...)"
+    return ", ".join(sorted(FIXED_MODELS)) + ", resnet<6n+2>_cifar (resnet20_cifar, resnet110_cifar, ...), resnet<6n+2>_cifar_v2 (depth < 164)"

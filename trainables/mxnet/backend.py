@@ -27,7 +27,7 @@ class Backend:
         self.ctx = [mx.gpu(i) if on_gpu else mx.cpu(i) for i in range(devices.count)]
         self.image_size = image_size
         self.batch_per_gpu = cfg.batch_per_gpu
-        self.net = models.build(cfg.model)
+        self.net = models.build(cfg.model, image_size)
         self.net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self.ctx)
         self.net.hybridize(static_alloc=True, static_shape=True)
         # dist_sync: the servers sum the workers' gradients and each worker updates its own copy, so the

@@ -7,6 +7,7 @@ from mxnet.gluon.contrib.nn import HybridConcurrent
 from trainables import zoo
 
 BN = {"momentum": 0.9, "epsilon": 1e-5}
+BN_V2 = {"momentum": 0.9, "epsilon": 2e-5}  # MXNet's symbols/resnet.py
 
 
 def _conv_bn(channels: int, kernel, stride: int = 1, pad=0, relu: bool = True) -> nn.HybridSequential:
@@ -31,22 +32,66 @@ def _concat(*branches: nn.HybridBlock) -> HybridConcurrent:
     return out
 
 
+class GlobalAvgPool(nn.HybridBlock):
+    """Mean over height and width, to (batch, channels): Gluon's GlobalAvgPool2D + Flatten, minus a
+    MKLDNN fault measured here (MXNet 1.9.1, 7x7 maps): that pooling's backward runs on oneDNN's
+    reference kernel (~14 ms a step for resnet20 at 28x28) and hands back a gradient in a layout that
+    sends every batch norm it reaches back to the reference kernel too (~18 ms each)."""
+
+    def hybrid_forward(self, F, x):
+        return F.mean(x, axis=(2, 3))
+
+
+def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """TensorFlow's "SAME" padding (before, after) of one side: output ceil(size / stride)."""
+    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
 class BasicBlock(nn.HybridBlock):
-    """ResNet v1 basic block; a 1x1 projection shortcut where the shape changes."""
+    """ResNet v1 basic block of He et al. 2016's CIFAR net, as tf_cnn_benchmarks builds it: convs
+    padded as TensorFlow's "SAME" (at stride 2 on an even side: 0 before, 1 after); where the shape
+    changes, their "option A" shortcut: subsampled by the stride, zero channels added on both sides,
+    no weights."""
+
+    def __init__(self, channels: int, stride: int, pad_channels: int, in_size: int) -> None:
+        super().__init__()
+        self.pad = same_padding(in_size, 3, stride)
+        symmetric = self.pad[0] == self.pad[1]
+        self.body = nn.HybridSequential()
+        self.body.add(nn.Conv2D(channels, 3, stride, self.pad[0] if symmetric else 0, use_bias=False),
+                      nn.BatchNorm(**BN), nn.Activation("relu"),
+                      nn.Conv2D(channels, 3, 1, 1, use_bias=False), nn.BatchNorm(**BN))
+        self.stride, self.pad_channels = stride, pad_channels
+
+    def hybrid_forward(self, F, x):
+        skip = x
+        if self.stride > 1:
+            # A 1x1 pooling would do, but MXNet 1.9.1's MKLDNN pooling backward dies of SIGFPE on it.
+            skip = F.slice(skip, begin=(None,) * 4, end=(None,) * 4, step=(1, 1, self.stride, self.stride))
+        if self.pad_channels:
+            zeros = F.zeros_like(F.slice_axis(skip, axis=1, begin=0, end=self.pad_channels))
+            skip = F.concat(zeros, skip, zeros, dim=1)
+        if self.pad[0] != self.pad[1]:  # Convolution pads symmetrically only
+            x = F.pad(x, mode="constant", pad_width=(0, 0, 0, 0, *self.pad, *self.pad))
+        return F.Activation(self.body(x) + skip, act_type="relu")
+
+
+class PreActBlock(nn.HybridBlock):
+    """ResNet v2 (pre-activation) basic unit as MXNet's symbols/resnet.py builds it: BN-ReLU-conv twice;
+    the first unit of every stage has a 1x1 conv shortcut on the activated input, even where the
+    shape stays (their dim_match=False)."""
 
     def __init__(self, channels: int, stride: int, project: bool) -> None:
         super().__init__()
-        self.body = nn.HybridSequential()
-        self.body.add(nn.Conv2D(channels, 3, stride, 1, use_bias=False), nn.BatchNorm(**BN), nn.Activation("relu"),
-                      nn.Conv2D(channels, 3, 1, 1, use_bias=False), nn.BatchNorm(**BN))
-        self.shortcut = None
-        if project:
-            self.shortcut = nn.HybridSequential()
-            self.shortcut.add(nn.Conv2D(channels, 1, stride, use_bias=False), nn.BatchNorm(**BN))
+        self.bn1, self.conv1 = nn.BatchNorm(**BN_V2), nn.Conv2D(channels, 3, stride, 1, use_bias=False)
+        self.bn2, self.conv2 = nn.BatchNorm(**BN_V2), nn.Conv2D(channels, 3, 1, 1, use_bias=False)
+        self.shortcut = nn.Conv2D(channels, 1, stride, use_bias=False) if project else None
 
     def hybrid_forward(self, F, x):
-        skip = self.shortcut(x) if self.shortcut is not None else x
-        return F.relu(self.body(x) + skip)
+        act1 = F.Activation(self.bn1(x), act_type="relu")
+        y = self.conv2(F.Activation(self.bn2(self.conv1(act1)), act_type="relu"))
+        return y + (self.shortcut(act1) if self.shortcut is not None else x)
 
 
 class Bottleneck(nn.HybridBlock):
@@ -60,20 +105,34 @@ class Bottleneck(nn.HybridBlock):
 
     def hybrid_forward(self, F, x):
         skip = self.shortcut(x) if self.shortcut is not None else x
-        return F.relu(self.body(x) + skip)
+        return F.Activation(self.body(x) + skip, act_type="relu")
 
 
-def resnet_cifar(units: int) -> nn.HybridBlock:
-    """He et al. 2016's CIFAR ResNet (depth 6n+2): 16-32-64 channels, n basic blocks per stage."""
+def resnet_cifar(units: int, image_size: int) -> nn.HybridBlock:
+    """He et al. 2016's CIFAR ResNet (depth 6n+2) as tf_cnn_benchmarks' resnet<depth>: 16-32-64
+    channels, n basic blocks per stage, option-A shortcuts, no ReLU after the stem's BN (theirs has none)."""
     net = nn.HybridSequential()
-    net.add(nn.Conv2D(16, 3, 1, 1, use_bias=False), nn.BatchNorm(**BN), nn.Activation("relu"))
-    in_channels = 16
+    net.add(nn.Conv2D(16, 3, 1, 1, use_bias=False), nn.BatchNorm(**BN))
+    in_channels, size = 16, image_size
     for stage, channels in enumerate((16, 32, 64)):
         for unit in range(units):
             stride = 2 if stage > 0 and unit == 0 else 1
-            net.add(BasicBlock(channels, stride, project=channels != in_channels))
-            in_channels = channels
-    net.add(nn.GlobalAvgPool2D(), nn.Flatten(), nn.Dense(zoo.NUM_CLASSES))
+            net.add(BasicBlock(channels, stride, (channels - in_channels) // 2, size))
+            in_channels, size = channels, -(-size // stride)
+    net.add(GlobalAvgPool(), nn.Dense(zoo.NUM_CLASSES))
+    return net
+
+
+def resnet_cifar_v2(units: int) -> nn.HybridBlock:
+    """The pre-activation CIFAR ResNet of MXNet's train_cifar10.py (symbols/resnet.py, depth 6n+2 < 164):
+    a BN with fixed gamma on the input, a 3x3 stem, n pre-activation units per stage, BN-ReLU at the end."""
+    net = nn.HybridSequential()
+    net.add(nn.BatchNorm(scale=False, **BN_V2), nn.Conv2D(16, 3, 1, 1, use_bias=False))
+    for stage, channels in enumerate((16, 32, 64)):
+        for unit in range(units):
+            net.add(PreActBlock(channels, 2 if stage > 0 and unit == 0 else 1, project=unit == 0))
+    net.add(nn.BatchNorm(**BN_V2), nn.Activation("relu"), GlobalAvgPool(),
+            nn.Dense(zoo.NUM_CLASSES))
     return net
 
 
@@ -83,7 +142,7 @@ def resnet50_v1() -> nn.HybridBlock:
     for stage, (units, channels) in enumerate(zip((3, 4, 6, 3), (256, 512, 1024, 2048))):
         for unit in range(units):  # the first block of a stage changes the shape: projection shortcut
             net.add(Bottleneck(channels, 2 if stage > 0 and unit == 0 else 1, project=unit == 0))
-    net.add(nn.GlobalAvgPool2D(), nn.Flatten(), nn.Dense(zoo.NUM_CLASSES))
+    net.add(GlobalAvgPool(), nn.Dense(zoo.NUM_CLASSES))
     return net
 
 
@@ -136,7 +195,7 @@ def inception_v3() -> nn.HybridBlock:
                _inception_a(32), _inception_a(64), _inception_a(64), _inception_b(),
                _inception_c(128), _inception_c(160), _inception_c(160), _inception_c(192),
                _inception_d(), _inception_e(), _inception_e(),
-               nn.GlobalAvgPool2D(), nn.Flatten(), nn.Dropout(0.5), nn.Dense(zoo.NUM_CLASSES))
+               GlobalAvgPool(), nn.Dropout(0.5), nn.Dense(zoo.NUM_CLASSES))
     return net
 
 
@@ -166,10 +225,10 @@ def alexnet() -> nn.HybridBlock:
 FIXED = {"resnet50_v1": resnet50_v1, "inception_v3": inception_v3, "cifar10_conv": cifar10_conv, "alexnet": alexnet}
 
 
-def build(name: str) -> nn.HybridBlock:
+def build(name: str, image_size: int) -> nn.HybridBlock:
     units = zoo.cifar_resnet_units(name)
     if units is not None:
-        return resnet_cifar(units)
+        return resnet_cifar_v2(units) if zoo.is_preact(name) else resnet_cifar(units, image_size)
     if name in FIXED:
         return FIXED[name]()
     raise ValueError(f"model {name} has no MXNet builder")

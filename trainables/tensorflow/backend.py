@@ -163,5 +163,10 @@ class Backend:
 
     def load(self, path: str) -> None:
         saved = np.load(os.path.join(path, "tensorflow.npz"))
-        for i, v in enumerate(self.model.weights + list(self.opt.variables)):
+        variables = self.model.weights + list(self.opt.variables)
+        shapes = [saved[f"arr_{i}"].shape for i in range(len(saved.files))]
+        if shapes != [tuple(v.shape) for v in variables]:  # e.g. written for another version of the model
+            raise ValueError(f"checkpoint {path} does not fit this model: {len(shapes)} arrays, "
+                             f"the model and optimizer have {len(variables)} (or their shapes differ)")
+        for i, v in enumerate(variables):
             v.assign(saved[f"arr_{i}"])

@@ -13,6 +13,7 @@ def _kernel_init() -> keras.initializers.Initializer:
     # carry a seed drawn then, and initialise differently in every process.
     return keras.initializers.VarianceScaling(scale=2.0, mode="fan_in", distribution="untruncated_normal")
 BN = {"momentum": 0.9, "epsilon": 1e-5}
+BN_V2 = {"momentum": 0.9, "epsilon": 2e-5}  # MXNet's symbols/resnet.py
 
 
 class BatchNorm(layers.Layer):
@@ -22,15 +23,17 @@ class BatchNorm(layers.Layer):
     tf_cnn_benchmarks and Keras 2 use, does it in one op. Measured here: resnet20_cifar trains
     faster per step with it (benchmarks/README.md, yardsticks). Moving statistics as Keras and
     MXNet keep them: moving = momentum x moving + (1 - momentum) x batch, with the biased variance.
+    scale=False fixes gamma at 1 (MXNet's fix_gamma; the weight stays, untrained, as in MXNet).
     """
 
-    def __init__(self, momentum: float = 0.9, epsilon: float = 1e-5, **kwargs) -> None:
+    def __init__(self, momentum: float = 0.9, epsilon: float = 1e-5, scale: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.momentum, self.epsilon = momentum, epsilon
+        self.momentum, self.epsilon, self.scale = momentum, epsilon, scale
 
     def build(self, input_shape) -> None:
         shape = (input_shape[-1],)
-        self.gamma = self.add_weight(shape=shape, name="gamma", initializer="ones", autocast=False)
+        self.gamma = self.add_weight(shape=shape, name="gamma", initializer="ones", trainable=self.scale,
+                                     autocast=False)
         self.beta = self.add_weight(shape=shape, name="beta", initializer="zeros", autocast=False)
         self.moving_mean = self.add_weight(shape=shape, name="moving_mean", initializer="zeros",
                                            trainable=False, autocast=False)
@@ -38,17 +41,20 @@ class BatchNorm(layers.Layer):
                                                trainable=False, autocast=False)
 
     def call(self, x, training=None):
-        gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
+        beta = tf.convert_to_tensor(self.beta)
+        gamma = tf.convert_to_tensor(self.gamma) if self.scale else tf.ones_like(beta)
         if not training:
             y, _, _ = tf.compat.v1.nn.fused_batch_norm(
                 x, gamma, beta, mean=tf.convert_to_tensor(self.moving_mean),
                 variance=tf.convert_to_tensor(self.moving_variance), epsilon=self.epsilon, is_training=False)
             return y
         y, mean, variance = tf.compat.v1.nn.fused_batch_norm(x, gamma, beta, epsilon=self.epsilon, is_training=True)
-        n = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), variance.dtype)
-        variance = variance * (n - 1) / tf.maximum(n, 2)  # the kernel returns the unbiased variance
-        self.moving_mean.assign(self.momentum * self.moving_mean + (1 - self.momentum) * mean)
-        self.moving_variance.assign(self.momentum * self.moving_variance + (1 - self.momentum) * variance)
+        # The kernel returns the unbiased variance. n is known while tracing (the loops' batches have
+        # fixed shapes), which spares each step a few ops per layer.
+        n = x.shape[:-1].num_elements() or tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), variance.dtype)
+        biased = variance * ((n - 1) / (max(n, 2) if isinstance(n, int) else tf.maximum(n, 2)))
+        self.moving_mean.assign_sub((self.moving_mean - mean) * (1 - self.momentum))
+        self.moving_variance.assign_sub((self.moving_variance - biased) * (1 - self.momentum))
         return y
 
 
@@ -81,12 +87,37 @@ def _dense(x, units: int, bias: bool = True, activation=None):
     return layers.Dense(units, activation=activation, use_bias=bias, kernel_initializer=_kernel_init())(x)
 
 
-def _basic_block(x, channels: int, stride: int, project: bool):
-    y = _conv(x, channels, 3, stride)
+class OptionAShortcut(layers.Layer):
+    """He et al. 2016's parameter-free shortcut: subsample by the stride, add zero channels on both sides."""
+
+    def __init__(self, stride: int, pad_channels: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.stride, self.pad_channels = stride, pad_channels
+
+    def call(self, x):
+        # The subsampling as a 1x1 average pool, as tf_cnn_benchmarks does it: a strided slice (and its
+        # gradient) costs ~9 ms of a ~180 ms resnet20 step here, the pool ~0.5 ms.
+        x = tf.nn.avg_pool2d(x, 1, self.stride, "VALID") if self.stride > 1 else x
+        return tf.pad(x, [[0, 0], [0, 0], [0, 0], [self.pad_channels, self.pad_channels]])
+
+
+def _basic_block(x, channels: int, stride: int):
+    # TensorFlow's "SAME" padding, as tf_cnn_benchmarks (trainables/mxnet/models.py: BasicBlock).
+    y = layers.Conv2D(channels, 3, stride, padding="same", use_bias=False, kernel_initializer=_kernel_init())(x)
     y = layers.Activation("relu")(BatchNorm(**BN)(y))
     y = BatchNorm(**BN)(_conv(y, channels, 3, 1))
-    skip = BatchNorm(**BN)(_conv(x, channels, 1, stride)) if project else x
+    pad_channels = (channels - x.shape[-1]) // 2
+    skip = OptionAShortcut(stride, pad_channels)(x) if stride > 1 or pad_channels else x
     return layers.Activation("relu")(layers.Add()([y, skip]))
+
+
+def _preact_block(x, channels: int, stride: int, project: bool):
+    # Layers made in the MXNet block's order (bn1, conv1, bn2, conv2, shortcut): one creation order.
+    act1 = layers.Activation("relu")(BatchNorm(**BN_V2)(x))
+    y = layers.Activation("relu")(BatchNorm(**BN_V2)(_conv(act1, channels, 3, stride)))
+    y = _conv(y, channels, 3, 1)
+    skip = _conv(act1, channels, 1, stride, pad=0) if project else x
+    return layers.Add()([y, skip])
 
 
 def _bottleneck(x, channels: int, stride: int, project: bool):
@@ -100,16 +131,23 @@ def _bottleneck(x, channels: int, stride: int, project: bool):
 
 def resnet_cifar(units: int, image_size: int) -> keras.Model:
     inputs = keras.Input((image_size, image_size, 3))
-    x = layers.Activation("relu")(BatchNorm(**BN)(_conv(inputs, 16, 3, 1)))
-    in_channels = 16
+    x = BatchNorm(**BN)(_conv(inputs, 16, 3, 1))  # no ReLU here, as tf_cnn_benchmarks' v1
     for stage, channels in enumerate((16, 32, 64)):
         for unit in range(units):
-            stride = 2 if stage > 0 and unit == 0 else 1
-            x = _basic_block(x, channels, stride, project=channels != in_channels)
-            in_channels = channels
+            x = _basic_block(x, channels, 2 if stage > 0 and unit == 0 else 1)
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(zoo.NUM_CLASSES, kernel_initializer=_kernel_init())(x)
     return keras.Model(inputs, outputs)
+
+
+def resnet_cifar_v2(units: int, image_size: int) -> keras.Model:
+    inputs = keras.Input((image_size, image_size, 3))
+    x = _conv(BatchNorm(scale=False, **BN_V2)(inputs), 16, 3, 1)
+    for stage, channels in enumerate((16, 32, 64)):
+        for unit in range(units):
+            x = _preact_block(x, channels, 2 if stage > 0 and unit == 0 else 1, project=unit == 0)
+    x = layers.GlobalAveragePooling2D()(layers.Activation("relu")(BatchNorm(**BN_V2)(x)))
+    return keras.Model(inputs, _dense(x, zoo.NUM_CLASSES))
 
 
 def resnet50_v1(image_size: int) -> keras.Model:
@@ -212,7 +250,7 @@ FIXED = {"resnet50_v1": resnet50_v1, "inception_v3": inception_v3, "cifar10_conv
 def build(name: str, image_size: int) -> keras.Model:
     units = zoo.cifar_resnet_units(name)
     if units is not None:
-        return resnet_cifar(units, image_size)
+        return (resnet_cifar_v2 if zoo.is_preact(name) else resnet_cifar)(units, image_size)
     if name in FIXED:
         return FIXED[name](image_size)
     raise ValueError(f"model {name} has no Keras builder")
