@@ -24,19 +24,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def print_step_rate(backend: Any, batch: int, warmup: int, steps: int, lr: float) -> None:
-    """One JSON line: a Backend's train_step images/s over `steps` timed steps after `warmup`, on its
-    synthetic batch (images / wall time, as the frameworks' programs count), and its parameter count."""
-    data = backend.synthetic()
-    for _ in range(warmup):
-        backend.train_step(data, lr)
-    start = time.perf_counter()
-    for _ in range(steps):
-        backend.train_step(data, lr)
-    elapsed = time.perf_counter() - start
-    print(json.dumps({"images_per_sec": batch * steps / elapsed, "param_count": backend.param_count()}))
-
-
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a measured child: no inherited thread count or Ray address.
 

@@ -15,8 +15,8 @@ and this script runs it as a subprocess beside ours.
                   --optimizer=momentum --momentum=0.9 --weight_decay=1e-4 --init_learning_rate=0.01
               (synthetic data: no --data_dir). Their figure: "total images/sec" (images / wall time
               of the timed steps, warm-up excluded).
-              ours: tensorflow resnet20_cifar, synthetic, 1 device, batch 64, 32x32, cpus_per_trial 1
-              (intra/inter-op threads 1, OMP_NUM_THREADS 1).
+              ours: tensorflow resnet20_cifar (their resnet20: v1, option-A shortcuts), synthetic,
+              1 device, batch 64, 32x32, cpus_per_trial 1 (intra/inter-op threads 1, OMP_NUM_THREADS 1).
   MXNet       example/image-classification/train_cifar10.py of MXNet 1.9.1 (github.com/apache/mxnet,
               tag 1.9.1), Module API + symbols/resnet.py:
                 OMP_NUM_THREADS=1 python train_cifar10.py --network resnet --num-layers 20
@@ -27,31 +27,25 @@ and this script runs it as a subprocess beside ours.
               their script's download step is skipped (--benchmark 1 never reads them). Their figure:
               Speedometer windows of 10 batches; the windows that start before batch 10 are dropped,
               the rest combined as images / time (harmonic mean of the window speeds).
-              ours: mxnet resnet20_cifar, synthetic, 1 device, batch 64, image_size 28, cpus_per_trial 1.
+              ours: mxnet resnet20_cifar_v2 (their pre-activation resnet-20), synthetic, 1 device,
+              batch 64, image_size 28, cpus_per_trial 1.
 
 Our figure, comparable to theirs: images / wall time of an epoch that holds no warm-up step (the
 second epoch's images_per_sec: steps_per_epoch=40, warmup_steps=10). Our engine's headline figure,
 steady-state images/s (mean of per-step rates after warm-up), is printed beside it; it reads a few
 percent higher than an images/time figure by construction (a mean of rates >= the rate of the mean).
 
-A third figure for each: our train_step (the framework's Backend, the code each trial runs per step)
-on their network. MXNet: their symbols/resnet.py, imported from the checkout as a Gluon SymbolBlock
-(benchmarks/_their_network.py). TensorFlow: their model is TF1 variable-scope code that no Keras loop
-runs, so benchmarks/_tf_cnn_resnet20.py builds their resnet20 in Keras from its description (option-A
-shortcuts, no ReLU after the stem, fused batch norm). Against their program that compares the loops
-on one network, which is what the yardstick asks; the first comparison also differs in the network.
+Same model: before the rounds, benchmarks/_same_network.py builds their network with their own
+code beside ours and compares parameter counts (both frameworks) and outputs with equal weights
+(MXNet; their TF1 variable-scope model is compared by counts). A mismatch stops the script.
 
-Differences that remain (their flags cannot remove them):
-  - tf_cnn_benchmarks' resnet20 (v1) uses "option A" shortcuts (1x1 average pool + zero channel
-    padding, no weights) and no ReLU after the stem; ours uses 1x1 conv + BN projections where
-    the shape changes (He et al. 2016 option B) and a ReLU after the stem. Same 3x3 convolutions.
-    It is TF1 graph code in a tf.compat.v1 Session; ours is Keras 3 in a tf.function under
-    MirroredStrategy (one device), with a host read of loss and accuracy each step.
-  - MXNet's symbols/resnet.py builds a pre-activation (v2) ResNet with a BatchNorm on the input;
-    ours is v1 (post-activation). It builds the CIFAR variant only for image heights <= 28
-    (with --image-shape 3,32,32 it takes the ImageNet branch and raises "ValueError: no experiments
-    done on num_layers 20"), so both sides run 28x28 inputs. Theirs: symbolic Module.fit; ours:
-    hybridized Gluon with autograd and a Trainer on kvstore 'device'.
+What differs is the programs, not the models (their flags cannot change this):
+  - TensorFlow: theirs is TF1 graph code in a tf.compat.v1 Session; ours is Keras 3 in a tf.function
+    under MirroredStrategy (one device), with a host read of loss and accuracy each step.
+  - MXNet: theirs is symbolic Module.fit; ours is hybridized Gluon with autograd and a Trainer on
+    kvstore 'device'. Their script builds the CIFAR variant only for image heights <= 28 (with
+    --image-shape 3,32,32 it takes the ImageNet branch and raises "ValueError: no experiments done
+    on num_layers 20"), so both sides run 28x28 inputs.
 
 Get their code (outside this repository; nothing of it is committed here):
 
@@ -60,7 +54,7 @@ Get their code (outside this repository; nothing of it is committed here):
   .venv/bin/pip install --no-deps tf-keras==2.21.0   # --no-deps: tf-keras asks for the `tensorflow`
                                                      # wheel; tensorflow-cpu already provides the module
 
-Run (from the repository root; about 5 minutes with the defaults on a 2-core machine):
+Run (from the repository root; about 3 minutes with the defaults on a 2-core machine):
 
   .venv/bin/python benchmarks/yardsticks.py \\
       --tf-benchmarks /tmp/yardsticks/tf-benchmarks/scripts/tf_cnn_benchmarks \\
@@ -115,9 +109,12 @@ def locate(path: Path | None, name: str, below: str) -> Path | None:
     raise SystemExit(f"no {name} in {path} or {path / below}")
 
 
+MODELS = {"tensorflow": "resnet20_cifar", "mxnet": "resnet20_cifar_v2"}  # their networks, in our zoo
+
+
 def ours(framework: str, args: argparse.Namespace, image_size: int | None) -> tuple[float, float, str]:
     """(images/s of the warm-up-free epoch, steady images/s of the trial, command)."""
-    config = {"framework": framework, "model": "resnet20_cifar", "num_gpus": 1, "batch_per_gpu": args.batch,
+    config = {"framework": framework, "model": MODELS[framework], "num_gpus": 1, "batch_per_gpu": args.batch,
               "epochs": 2, "steps_per_epoch": args.steps, "warmup_steps": args.warmup_steps, "lr": 0.01,
               "data": "synthetic", "cpus_per_trial": args.threads}
     if image_size:
@@ -172,21 +169,18 @@ def theirs_mxnet(folder: Path, args: argparse.Namespace, scratch: Path) -> tuple
     return harmonic, shown
 
 
-def ours_their_network(framework: str, folder: Path | None, args: argparse.Namespace) -> tuple[float, str]:
-    """Our train_step on their network: the loops on one network. MXNet: their symbol file from the
-    checkout (benchmarks/_their_network.py); TensorFlow: their resnet20 built in Keras from its
-    description (benchmarks/_tf_cnn_resnet20.py)."""
-    if framework == "mxnet":
-        cmd = [PYTHON, str(Path(__file__).with_name("_their_network.py")), str(folder), str(args.batch),
-               str(args.warmup_steps), str(args.steps)]
-    else:
-        cmd = [PYTHON, str(Path(__file__).with_name("_tf_cnn_resnet20.py")), str(args.batch),
-               str(args.warmup_steps), str(args.steps), str(args.threads)]
-    proc = subprocess.run(cmd, env=child_env(OMP_NUM_THREADS=str(args.threads)), capture_output=True, text=True,
-                          timeout=900)
+def same_network(framework: str, folder: Path) -> dict:
+    """benchmarks/_same_network.py's verdict on their network against ours; stops the script on a mismatch."""
+    cmd = [PYTHON, str(Path(__file__).with_name("_same_network.py")), framework, str(folder)]
+    proc = subprocess.run(cmd, env=child_env(TF_USE_LEGACY_KERAS="1", OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])["images_per_sec"], f"OMP_NUM_THREADS={args.threads} " + shlex.join(cmd)
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    outputs_differ = found.get("max_abs_output_diff", 0) > 1e-4 * max(1.0, found.get("output_scale", 1))
+    if found["their_params"] != found["our_params"] or outputs_differ:
+        raise SystemExit(f"{framework}: not the same network as theirs: {found}")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(("tensorflow", "tf_cnn_benchmarks resnet20, 32x32", None, lambda: theirs_tf(tf_dir, args)))
     if mx_dir:
         cases.append(("mxnet", "train_cifar10.py resnet-20, 28x28", 28, lambda: theirs_mxnet(mx_dir, args, scratch)))
-    results = {c[0]: {"theirs": [], "ours": [], "steady": [], "their_network": []} for c in cases}
+    for framework, _, _, _ in cases:
+        print(f"same network ({framework}): {same_network(framework, tf_dir if framework == 'tensorflow' else mx_dir)}",
+              flush=True)
+    results = {c[0]: {"theirs": [], "ours": [], "steady": []} for c in cases}
     commands: dict[str, dict[str, str]] = {}
     for rnd in range(args.repeats):
         for i, (framework, _, size, theirs) in enumerate(cases):
@@ -225,23 +222,19 @@ def main(argv: list[str] | None = None) -> int:
                     value, cmd = theirs()
                     results[framework]["theirs"].append(value)
                 got[side] = cmd
-            value, got["their_network"] = ours_their_network(framework, mx_dir, args)  # right after the two
-            results[framework]["their_network"].append(value)
             commands[framework] = got
             r = results[framework]
             print(f"  round {rnd + 1}/{args.repeats} {framework:<10} theirs {r['theirs'][-1]:7.1f}  ours {r['ours'][-1]:7.1f} "
-                  f"(steady {r['steady'][-1]:.1f}), ours on their network {r['their_network'][-1]:.1f} img/s  order {'/'.join(order)}, load {load_average()}", flush=True)
+                  f"(steady {r['steady'][-1]:.1f}) img/s  order {'/'.join(order)}, load {load_average()}", flush=True)
     rows, lines = [], []
     for framework, what, _, _ in cases:
         r = results[framework]
-        for label, key, steady in ((what, "ours", f"{median(r['steady']):.1f}"),
-                                   ("same network: theirs, in our train_step", "their_network", "-")):
-            ratio = median(r[key]) / median(r["theirs"])
-            paired = median([o / t for o, t in zip(r[key], r["theirs"])])
-            rows.append([framework, label, f"{median(r['theirs']):.1f}", spread(r["theirs"]), f"{median(r[key]):.1f}",
-                         spread(r[key]), steady, f"{ratio:.3f}", f"{paired:.3f}"])
-            lines.append(f"{framework}{'' if key == 'ours' else ', same network'}: ours/theirs = {ratio:.3f} -> "
-                         f"{'no lower than theirs' if ratio >= 1 else 'LOWER than theirs'}")
+        ratio = median(r["ours"]) / median(r["theirs"])
+        paired = median([o / t for o, t in zip(r["ours"], r["theirs"])])
+        rows.append([framework, f"{what} vs our {MODELS[framework]}", f"{median(r['theirs']):.1f}", spread(r["theirs"]),
+                     f"{median(r['ours']):.1f}", spread(r["ours"]), f"{median(r['steady']):.1f}", f"{ratio:.3f}",
+                     f"{paired:.3f}"])
+        lines.append(f"{framework}: ours/theirs = {ratio:.3f} -> {'no lower than theirs' if ratio >= 1 else 'LOWER than theirs'}")
     print()
     print(table(["framework", "yardstick", "theirs img/s", "spread", "ours img/s", "spread", "ours steady",
                  "ours/theirs", "paired"], rows))
@@ -251,8 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nelapsed {time.time() - started:.0f} s; load average at end: {load_average()}")
     print("commands (last round):")
     for framework, cmds in commands.items():
-        print(f"  {framework} theirs: {cmds['theirs']}\n  {framework} ours:   {cmds['ours']}\n"
-              f"  {framework} ours on their network: {cmds['their_network']}")
+        print(f"  {framework} theirs: {cmds['theirs']}\n  {framework} ours:   {cmds['ours']}")
     import shutil
     shutil.rmtree(scratch, ignore_errors=True)
     return 0
