@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([framework, f"{what} vs our {MODELS[framework]}", f"{median(r['theirs']):.1f}", spread(r["theirs"]),
                      f"{median(r['ours']):.1f}", spread(r["ours"]), f"{median(r['steady']):.1f}", f"{ratio:.3f}",
                      f"{paired:.3f}"])
-        lines.append(f"{framework}: ours/theirs = {ratio:.3f} -> {'no lower than theirs' if ratio >= 1 else 'LOWER than theirs'}")
+        ahead = sum(o > t for o, t in zip(r["ours"], r["theirs"]))
+        lines.append(f"{framework}: ours/theirs = {ratio:.3f} -> {'no lower than theirs' if ratio >= 1 else 'LOWER than theirs'}"
+                     f" (ours ahead in {ahead} of {len(r['ours'])} rounds)")
     print()
     print(table(["framework", "yardstick", "theirs img/s", "spread", "ours img/s", "spread", "ours steady",
                  "ours/theirs", "paired"], rows))
