@@ -91,6 +91,7 @@ def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar
     modes = {(r.framework, r.kvstore if r.framework == "mxnet" else r.variable_update) for r in summary.itertuples()}
     assert modes == {("mxnet", "dist_sync"), ("mxnet", "dist_async"), ("tensorflow", "replicated"),
                      ("tensorflow", "parameter_server")}
+    assert set(summary.model) == {"resnet8_cifar", "resnet8_cifar_v2"}
     assert not epochs.duplicated(["trial_id", "epoch"]).any()
     for tid, rows in epochs.groupby("trial_id"):
         rows = rows.sort_values("epoch")
