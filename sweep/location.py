@@ -29,6 +29,8 @@ def at(text: str) -> Path | RemotePath:
         fs, path = pafs.FileSystem.from_uri(text)
     except Exception as e:  # pyarrow raises ArrowInvalid, ValueError or OSError by scheme
         raise ValueError(f"{text}: not a filesystem URI pyarrow can open ({str(e).splitlines()[0]})") from None
+    if not path.strip("/"):
+        raise ValueError(f"{text}: names no bucket or folder")
     prefix = f"{parts.scheme}://"
     return RemotePath(fs, path.rstrip("/"), prefix, f"?{parts.query}" if parts.query else "")
 

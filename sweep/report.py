@@ -82,7 +82,10 @@ class Run:
 
 def find_run(target: str, results: Location) -> Location:
     """A run folder given as a path or URI, a sweep's folder (its latest run), or a sweep name under results."""
-    path = location.at(target) if location.is_uri(target) else Path(target)
+    try:
+        path = location.at(target) if location.is_uri(target) else Path(target)
+    except ValueError as e:  # a URI pyarrow cannot open
+        raise StoreError(str(e)) from None
     if (path / "run.json").is_file():
         return path
     if path.is_dir() and run_dirs(path.parent, path.name):

@@ -63,6 +63,12 @@ def test_a_uri_pyarrow_cannot_open_is_one_line_and_exit_2(tmp_path: Path) -> Non
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.strip().startswith("error: --results nosuchscheme://bucket/x") and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+    # The same for status, and for a report's run or --results, and for a URI that names no bucket.
+    for args in (["status", str(ROOT / "tests" / "sweeps" / "tiny_mxnet.yaml"), "--results", "s3://"],
+                 ["report", "nosuchscheme://bucket/x/run"], ["report", "tiny_mxnet", "--results", "s3://"]):
+        out = run_cli(*args, timeout=120)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr[-2000:])
+        assert len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
 
 
 def test_an_interrupted_sweep_on_s3_resumes_from_its_checkpoint_there(s3_uri: str, tmp_path: Path) -> None:

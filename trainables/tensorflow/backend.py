@@ -162,11 +162,11 @@ class Backend:
         np.savez(os.path.join(path, "tensorflow.npz"), *[v.numpy() for v in self.model.weights + list(self.opt.variables)])
 
     def load(self, path: str) -> None:
-        saved = np.load(os.path.join(path, "tensorflow.npz"))
+        with np.load(os.path.join(path, "tensorflow.npz")) as saved:
+            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]  # each read (unzipped) once
         variables = self.model.weights + list(self.opt.variables)
-        shapes = [saved[f"arr_{i}"].shape for i in range(len(saved.files))]
-        if shapes != [tuple(v.shape) for v in variables]:  # e.g. written for another version of the model
-            raise ValueError(f"checkpoint {path} does not fit this model: {len(shapes)} arrays, "
+        if [a.shape for a in arrays] != [tuple(v.shape) for v in variables]:  # e.g. another version of the model
+            raise ValueError(f"checkpoint {path} does not fit this model: {len(arrays)} arrays, "
                              f"the model and optimizer have {len(variables)} (or their shapes differ)")
-        for i, v in enumerate(variables):
-            v.assign(saved[f"arr_{i}"])
+        for array, v in zip(arrays, variables):
+            v.assign(array)
