@@ -81,15 +81,18 @@ def test_interrupted_sweep_resumes_with_every_row_exactly_once(sig: int, tmp_pat
     frozen: dict[str, int] = {}  # starts of trials already ended: must never grow
     for point in kill_points:
         out = interrupt_when(proc, results, point, sig)
-        if sig == signal.SIGINT:
-            assert "interrupted" in out and "resume with" in out, out[-2000:]
-        status = run_cli("status", SWEEP, "--results", str(results), timeout=60)
-        assert status.returncode == 0 and "--resume" in status.stdout, status.stdout + status.stderr
         ended = finished(results)
+        # Tiny trials: the last one may end between the kill point and the signal, which then finds the driver
+        # in its teardown or gone. Nothing is left to resume; the final check still asks for a real interruption.
+        complete = len(ended) == total
+        if sig == signal.SIGINT:
+            assert complete or ("interrupted" in out and "resume with" in out), out[-2000:]
+        status = run_cli("status", SWEEP, "--results", str(results), timeout=60)
+        assert status.returncode == 0 and ("--resume" in status.stdout) != complete, status.stdout + status.stderr
         now = starts(results)
         assert all(now[t] == frozen[t] for t in frozen), "an ended trial was trained again"
         frozen = {t: now[t] for t in ended}
-        if len(ended) == total:
+        if complete:
             break
         proc = start(results, "--resume")
     else:
