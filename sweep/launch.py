@@ -77,12 +77,21 @@ def latest_unfinished(results: Location, sweep_name: str) -> RunState | None:
     return None
 
 
-def results_location(text: str) -> Location:
-    """--results: a folder, or a pyarrow filesystem URI every node reaches (s3://bucket/prefix)."""
+def results_location(text: str, write: bool = False) -> Location:
+    """--results: a folder, or a pyarrow filesystem URI every node reaches (s3://bucket/prefix).
+
+    Reached here, once (and for a run, written): a store the command cannot use fails in one line, before Ray.
+    """
     try:
-        return location.at(text)
+        results = location.at(text)
     except ValueError as e:
         raise UsageError(f"--results {e}") from None
+    try:
+        location.check(results, write)
+    except OSError as e:
+        doing = "cannot write results there" if write else "cannot read results there"
+        raise UsageError(f"--results {text}: {doing} ({location.reason(e)})") from None
+    return results
 
 
 def _first_difference(old: str, new: str) -> str:
@@ -119,7 +128,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from trainables import data, environment
 
     sweep = spec.load(args.sweep)
-    results = results_location(args.results)
+    results = results_location(args.results, write=True)
     address = args.address or os.environ.get("RAY_ADDRESS")
     if address and args.emulate_gpus:
         raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")

@@ -7,7 +7,9 @@ a location handed to a trial process as text opens the same filesystem there.
 """
 from __future__ import annotations
 
+import errno
 import fnmatch
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -129,6 +131,22 @@ class RemotePath:
 
 
 Location = Path | RemotePath
+
+
+def check(location: Location, write: bool) -> None:
+    """Reach the location now, and for write create it and write a file there: OSError with the reason if not."""
+    if location.exists() and not location.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder")
+    if write:
+        location.mkdir(parents=True, exist_ok=True)
+        probe = location / f".write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+
+
+def reason(error: OSError) -> str:
+    """An OSError in a line: errno's words for a local one, the first line of pyarrow's message otherwise."""
+    return error.strerror or str(error).splitlines()[0]
 
 
 def tune_storage(location: Location) -> dict[str, object]:

@@ -84,8 +84,12 @@ def find_run(target: str, results: Location) -> Location:
     """A run folder given as a path or URI, a sweep's folder (its latest run), or a sweep name under results."""
     try:
         path = location.at(target) if location.is_uri(target) else Path(target)
+        if location.is_uri(target):
+            location.check(path, write=False)
     except ValueError as e:  # a URI pyarrow cannot open
         raise StoreError(str(e)) from None
+    except OSError as e:  # a store it cannot reach
+        raise StoreError(f"{target}: cannot read a run there ({location.reason(e)})") from None
     if (path / "run.json").is_file():
         return path
     if path.is_dir() and run_dirs(path.parent, path.name):
@@ -831,13 +835,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     # A report is a local set of files: one of a run on remote storage goes under ./report/SWEEP/RUN_ID.
     home = Path("report") / run.dir.parent.name / run.dir.name if isinstance(run.dir, RemotePath) else run.dir / "report"
     report = build_report(run, args.target_acc)
-    if args.against:
-        other = build_report(load_run(find_run(args.against, results)), args.target_acc)
-        out = Path(args.out) if args.out else home / f"vs-{other.run.run_id}"
+    other = build_report(load_run(find_run(args.against, results)), args.target_acc) if args.against else None
+    out = Path(args.out) if args.out else home / f"vs-{other.run.run_id}" if other else home
+    try:
+        location.check(out, write=True)
+    except OSError as e:
+        raise UsageError(f"{out}: cannot write the report there ({location.reason(e)}; give another with --out)") from None
+    if other:
         files, main_table = write_comparison(report, other, out)
         print(f"A: {_summary_line(run, report.figures)}\nB: {_summary_line(other.run, other.figures)}")
     else:
-        out = Path(args.out) if args.out else home
         files, main_table = write_report(report, out), report.throughput
         print(_summary_line(run, report.figures))
     if run.emulated:

@@ -71,6 +71,27 @@ def test_a_uri_pyarrow_cannot_open_is_one_line_and_exit_2(tmp_path: Path) -> Non
         assert len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
 
 
+def test_a_store_it_cannot_reach_or_write_is_one_line_and_exit_2_before_ray_starts(tmp_path: Path) -> None:
+    sweep = str(ROOT / "tests" / "sweeps" / "tiny_mxnet.yaml")
+    endpoint = "?endpoint_override=127.0.0.1:1&scheme=http&region=us-east-1"  # nothing listens on port 1
+    unreachable = "s3://sweeps/results" + endpoint
+    a_file = tmp_path / "a_file"
+    a_file.write_text("in the way of --results")
+    cases = {
+        "cannot write results there (When getting information": [sweep, "--results", unreachable],
+        "cannot read results there (When getting information": ["status", sweep, "--results", unreachable],
+        "cannot read a run there (When getting information": ["report", "s3://sweeps/results/tiny_mxnet/r1" + endpoint],
+        "cannot write results there (a file, not a folder)": [sweep, "--results", str(a_file)],
+        "cannot write results there (No such file or directory)": [sweep, "--results", "/proc/no/results"],
+    }
+    for expected, args in cases.items():
+        out = run_cli(*args, timeout=120, env=CREDENTIALS)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr[-2000:])
+        assert len(out.stderr.strip().splitlines()) == 1 and expected in out.stderr, (args, out.stderr)
+        assert "Ray dashboard" not in out.stdout, out.stdout  # refused before Ray started
+    assert a_file.read_text() == "in the way of --results"
+
+
 def test_an_interrupted_sweep_on_s3_resumes_from_its_checkpoint_there(s3_uri: str, tmp_path: Path) -> None:
     sweep = tmp_path / "remote.yaml"
     sweep.write_text("""\

@@ -304,12 +304,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     empty = store.RunStore.create(results, "empty", "20260101-000000-dddd", {"sweep": "empty"}, "name: empty\n").dir
     broken = write_run(results, "broken", "20260101-000000-eeee", [trial("mxnet", 1, rate=1.0)])
     next((broken / "trials").glob("*.parquet")).write_bytes(b"not parquet at all")
+    known = write_run(results, "known", "20260101-000000-ffff", [trial("mxnet", 1, rate=1.0)])
+    a_file = tmp_path / "a_file"
+    a_file.write_text("in the way of --out")
     cases = {
         "no runs of sweep 'no_such_sweep'": ["report", "no_such_sweep", "--results", str(results)],
         "no such run folder": ["report", str(tmp_path / "missing" / "run")],
         "empty run": ["report", str(empty)],
         "not a readable Parquet file": ["report", str(broken)],
         "--target-acc": ["report", str(empty), "--target-acc", "2"],
+        "cannot write the report there (a file, not a folder": ["report", str(known), "--out", str(a_file)],
+        "cannot write the report there (No such file": ["report", str(known), "--out", "/proc/no/report"],
     }
     for expected, args in cases.items():
         out = run_cli(*args, timeout=120)
