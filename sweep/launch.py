@@ -77,21 +77,28 @@ def latest_unfinished(results: Location, sweep_name: str) -> RunState | None:
     return None
 
 
-def results_location(text: str, write: bool = False) -> Location:
+def results_location(text: str) -> Location:
     """--results: a folder, or a pyarrow filesystem URI every node reaches (s3://bucket/prefix).
 
-    Reached here, once (and for a run, written): a store the command cannot use fails in one line, before Ray.
+    Reached here, once: a store the command cannot read fails in one line, not in a traceback later.
     """
     try:
         results = location.at(text)
     except ValueError as e:
         raise UsageError(f"--results {e}") from None
     try:
-        location.check(results, write)
+        location.check(results, write=False)
     except OSError as e:
-        doing = "cannot write results there" if write else "cannot read results there"
-        raise UsageError(f"--results {text}: {doing} ({location.reason(e)})") from None
+        raise UsageError(f"--results {text}: cannot read results there ({location.reason(e)})") from None
     return results
+
+
+def _check_writable(results: Location, text: str) -> None:
+    """A run writes there: tried once, after every other check and before Ray starts."""
+    try:
+        location.check(results, write=True)
+    except OSError as e:
+        raise UsageError(f"--results {text}: cannot write results there ({location.reason(e)})") from None
 
 
 def _first_difference(old: str, new: str) -> str:
@@ -128,7 +135,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from trainables import data, environment
 
     sweep = spec.load(args.sweep)
-    results = results_location(args.results, write=True)
+    results = results_location(args.results)
     address = args.address or os.environ.get("RAY_ADDRESS")
     if address and args.emulate_gpus:
         raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
@@ -171,6 +178,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
 
     data_dir = _data_dir(args, sweep, trials, scale, resumed)
+    _check_writable(results, args.results)
     cluster = ray_cluster.start(address, num_gpus, args.dashboard_host, job_name=sweep.name, nodes=nodes)
     try:
         return _run_on_cluster(args, argv, cluster, sweep, scale, all_trials, trials, results, data_dir,

@@ -78,10 +78,10 @@ def test_a_store_it_cannot_reach_or_write_is_one_line_and_exit_2_before_ray_star
     a_file = tmp_path / "a_file"
     a_file.write_text("in the way of --results")
     cases = {
-        "cannot write results there (When getting information": [sweep, "--results", unreachable],
+        "cannot read results there (When getting information": [sweep, "--results", unreachable],
         "cannot read results there (When getting information": ["status", sweep, "--results", unreachable],
         "cannot read a run there (When getting information": ["report", "s3://sweeps/results/tiny_mxnet/r1" + endpoint],
-        "cannot write results there (a file, not a folder)": [sweep, "--results", str(a_file)],
+        "cannot read results there (a file, not a folder)": [sweep, "--results", str(a_file)],
         "cannot write results there (No such file or directory)": [sweep, "--results", "/proc/no/results"],
     }
     for expected, args in cases.items():
