@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -34,7 +35,23 @@ SECTION_KEYS = {"fixed", "grid", "include"}
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 1e-4 as text; sweep files mean a number (lr, weight_decay), as YAML 1.2 does."""
+    """YAML 1.1 reads 1e-4 as text; sweep files mean a number (lr, weight_decay), as YAML 1.2 does.
+
+    A key given twice in one mapping is refused: PyYAML would keep the last silently, and half a sweep is lost.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden, by design
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader refuses it below, in its own words
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_implicit_resolver(

@@ -128,6 +128,8 @@ BAD_SPECS = [
     ("empty grid", 'description: "x"\ngrid: {}\n', "expected at least one trial"),
     ("malformed yaml", GOOD + "grid: [unclosed\n", "malformed YAML at line"),
     ("not a mapping", "- a\n- b\n", "expected a mapping of sweep settings"),
+    ("key twice", GOOD + "grid: {framework: [tensorflow]}\n", "malformed YAML at line 4, column 1: 'grid' is given twice"),
+    ("setting twice", GOOD.replace("lr: 0.1", "lr: 0.1, lr: 0.2"), "line 2, column 51: 'lr' is given twice"),
     ("no description", GOOD.replace('description: "test"\n', ""), "description: expected"),
     ("missing required", GOOD.replace("epochs: 1, ", ""), "epochs: expected a value in fixed, grid or include"),
     ("no lr rule", GOOD.replace("lr: 0.1", "seed: 1"), "lr: expected lr, or base_lr and base_batch"),
