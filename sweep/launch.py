@@ -260,7 +260,7 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
         sweep=sweep, scale=scale, trials=trials, total=len(all_trials), store=run, data_dir=data_dir,
         emulated=emulated, max_concurrent=args.max_concurrent, max_failures=args.max_failures, session=session,
         row_base=row_base)
-    interrupted = runner.run(plan) if trials else False
+    stopped_by = runner.run(plan) if trials else None
     state = read_run(run.dir)
     not_ok = {t: s for t, s in state.finished.items() if s not in store.DONE}
     pending = state.pending(False)
@@ -268,8 +268,8 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
           f"; results in {run.dir}")
     if pending:
         print("resume with: " + _resume_command(args, meta["run_id"]))
-    if interrupted:
-        return 130
+    if stopped_by:
+        return 128 + stopped_by  # the shell's code for a signal: 130 after Ctrl-C, 143 after SIGTERM
     return 1 if not_ok or pending else 0
 
 

@@ -44,23 +44,36 @@ class RunPlan:
 
 
 class Interrupt(tune.Stopper):
-    """First SIGINT: stop the trials and return (their rows stand, resume continues them). Second: abort."""
+    """First SIGINT or SIGTERM: stop the trials and return (their rows stand, resume continues them).
+
+    A second one aborts at once. SIGTERM is what `kill`, a batch scheduler's time limit or `docker stop` send
+    first, so it gets Ctrl-C's orderly stop (Ray's own SIGTERM handler would just exit).
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
-        self.fired = False
+        self.signal: int | None = None  # the one that fired
+
+    @property
+    def fired(self) -> bool:
+        return self.signal is not None
 
     def __enter__(self) -> Interrupt:
-        self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
 
     def _handle(self, sig: int, frame: Any) -> None:
         if self.fired:
             raise KeyboardInterrupt
-        self.fired = True
-        print("interrupted: stopping the running trials (Ctrl-C again to abort at once)", flush=True)
+        self.signal = sig
+        again = "Ctrl-C again" if sig == signal.SIGINT else "a second signal"
+        print(f"interrupted ({signal.Signals(sig).name}): stopping the running trials ({again} aborts at once)",
+              flush=True)
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False
@@ -115,7 +128,7 @@ class SummaryCallback(tune.Callback):
                 status = "diverged"
             elif len(epochs) < config["epochs"]:
                 if self.interrupt.fired or not self.plan.sweep.early_stopping:
-                    return  # stopped by Ctrl-C: not finished, a resume continues it
+                    return  # stopped by Ctrl-C or SIGTERM: not finished, a resume continues it
                 status = "stopped_early"  # ASHA ended a healthy trial before its last epoch
         now = time.time()
         started = self.started.get(tid, now)
@@ -165,8 +178,8 @@ def _scheduler(plan: RunPlan) -> Any:
                          max_t=max(t.config["epochs"] for t in plan.trials), **plan.sweep.early_stopping)
 
 
-def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> bool:
-    """Run the plan's trials on the connected Ray; True if Ctrl-C stopped them."""
+def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> int | None:
+    """Run the plan's trials on the connected Ray; the signal that stopped them (SIGINT, SIGTERM), if one did."""
     from sweep.trial import train
 
     runtime = {"data_dir": plan.data_dir, "emulated": plan.emulated, "run_dir": str(plan.store.dir),
@@ -182,10 +195,10 @@ def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> bool:
                 trial_dirname_creator=lambda t: trial_id(t.config["trial"])),
             run_config=tune.RunConfig(
                 name=f"tune-{plan.session}", **location.tune_storage(plan.store.dir), callbacks=[callback, view], verbose=0,
-                stop=interrupt,  # a Stopper: stop_all() turns true on Ctrl-C
+                stop=interrupt,  # a Stopper: stop_all() turns true on Ctrl-C or SIGTERM
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 failure_config=tune.FailureConfig(max_failures=plan.max_failures)),
         )
         tuner.fit()
     plan.store.compact(set(plan.store.finished()))
-    return interrupt.fired
+    return interrupt.signal
