@@ -134,14 +134,26 @@ Location = Path | RemotePath
 
 
 def check(location: Location, write: bool) -> None:
-    """Reach the location now, and for write create it and write a file there: OSError with the reason if not."""
+    """Reach the location now (for write: make it and write a file there): OSError with the reason if not.
+
+    It leaves the disk as it found it: a command refused later has written nothing.
+    """
     if location.exists() and not location.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder")
-    if write:
-        location.mkdir(parents=True, exist_ok=True)
+    if not write:
+        return
+    # An object store needs no folders for a key; a local folder and its missing parents are made, then removed.
+    made = [p for p in (location, *location.parents) if not p.exists()] if isinstance(location, Path) else []
+    try:
+        if made:
+            location.mkdir(parents=True)
         probe = location / f".write-check-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
+    finally:
+        for folder in made:  # deepest first
+            if folder.exists():
+                folder.rmdir()
 
 
 def reason(error: OSError) -> str:
