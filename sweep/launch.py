@@ -5,6 +5,7 @@ import argparse
 import itertools
 import os
 import shlex
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -62,6 +63,23 @@ class RunState:
     @property
     def unfinished(self) -> bool:
         return bool(self.pending(retry_failed=False))
+
+    @property
+    def driver(self) -> int | None:
+        """The pid of a driver on this host that is running the run now; None if none is (or it runs elsewhere)."""
+        import psutil
+
+        sessions = self.meta.get("sessions") or []
+        last = sessions[-1] if sessions else {}
+        if last.get("host") != socket.gethostname() or last.get("pid") in (None, os.getpid()):
+            return None
+        try:
+            process = psutil.Process(last["pid"])
+            # Not a later process that got the pid again: started before the session, and ours.
+            ours = process.create_time() <= last["started_at"] and any("sweep" in a for a in process.cmdline())
+            return last["pid"] if ours and process.status() != psutil.STATUS_ZOMBIE else None
+        except psutil.Error:
+            return None
 
 
 def read_run(run_dir: Location) -> RunState:
@@ -142,6 +160,9 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if (args.force or args.retry_failed) and not args.resume:
         raise UsageError("--force and --retry-failed go with --resume")
     resumed = _resume_target(args, sweep, results) if args.resume else None
+    if resumed and (pid := resumed.driver):
+        raise UsageError(f"run {resumed.meta['run_id']} is running now (driver pid {pid} on this host): "
+                         f"stop it first (Ctrl-C there, or kill {pid}), then resume")
     if resumed:
         stored = (resumed.run_dir / "sweep.yaml").read_text()
         if stored != sweep.text and not args.force:
@@ -153,10 +174,11 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     else:
         earlier = latest_unfinished(results, sweep.name)
         if earlier:
-            done = len(earlier.trial_ids) - len(earlier.pending(False))
+            done, pid = len(earlier.trial_ids) - len(earlier.pending(False)), earlier.driver
             print(f"note: run {earlier.meta['run_id']} of {sweep.name} is unfinished ({done} of "
-                  f"{len(earlier.trial_ids)} trials ended); continue it with: "
-                  + _resume_command(args, earlier.meta["run_id"]))
+                  f"{len(earlier.trial_ids)} trials ended); "
+                  + (f"its driver (pid {pid}) is running it now: this new run shares the cluster with it" if pid
+                     else "continue it with: " + _resume_command(args, earlier.meta["run_id"])))
 
     real_gpus = 0 if address else environment.real_gpu_count()
     emulated: bool | None = None if address else (bool(args.emulate_gpus) or real_gpus == 0)
@@ -241,7 +263,8 @@ def _run_on_cluster(args: argparse.Namespace, argv: list[str], cluster: Any, swe
         print(f"sweep {sweep.name}: {len(trials)} trials at scale {scale}, run {run_id}")
     engine = engine_columns()
     meta["sessions"] = [*meta.get("sessions", []), {"command": command, "started_at": time.time(),
-                                                    "address": args.address, **engine}]
+                                                    "address": args.address, "host": socket.gethostname(),
+                                                    "pid": os.getpid(), **engine}]
     run.write_meta(meta)
     print(f"results: {run.dir}")
     row_base = {**engine, "sweep": sweep.name, "run_id": meta["run_id"], "scale": scale}
@@ -310,6 +333,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{sweep.name} run {state.meta['run_id']} ({state.meta['scale']} scale, {len(state.trial_ids)} trials): "
           + ", ".join(f"{n} {k}" for k, n in counts.items()))
     print(f"GPU-hours used: {gpu_hours:.4f}")
-    if state.unfinished:
+    if state.unfinished and (pid := state.driver):
+        print(f"running now: driver pid {pid} on this host")
+    elif state.unfinished:
         print("resume with: " + _resume_command(args, state.meta["run_id"]))
     return 0

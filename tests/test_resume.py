@@ -174,3 +174,38 @@ def test_compaction_keeps_every_row_once_and_a_replay_still_replaces(tmp_path: P
     fresh.compact({"a", "b", "c"})
     assert len(list(run.epochs_dir.iterdir())) == 1
     assert len(pd.read_parquet(run.epochs_dir)) == 7
+
+
+@pytest.mark.slow
+def test_a_run_whose_driver_is_alive_is_not_resumed_beside_it(tmp_path: Path) -> None:
+    sweep = tmp_path / "live.yaml"
+    sweep.write_text("""\
+description: "one MXNet trial long enough to look at while it runs"
+fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, batch_per_gpu: 8, epochs: 1000,
+        steps_per_epoch: 3, warmup_steps: 1, lr: 0.05}
+""")
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(sweep), "--results", str(results)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not any(p for run in store.run_dirs(results, "live") for p in (run / "epochs").glob("*.parquet")):
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.3)
+        status = run_cli("status", str(sweep), "--results", str(results), timeout=60)
+        assert f"running now: driver pid {proc.pid} on this host" in status.stdout, status.stdout + status.stderr
+        assert "--resume" not in status.stdout
+        again = run_cli(str(sweep), "--results", str(results), "--resume", timeout=60)
+        assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
+        assert f"is running now (driver pid {proc.pid} on this host)" in again.stderr
+        assert proc.poll() is None, "the refused resume stopped the running sweep"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 143, out[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    status = run_cli("status", str(sweep), "--results", str(results), timeout=60)
+    assert "running now" not in status.stdout and "--resume" in status.stdout, status.stdout  # its driver is gone
