@@ -96,27 +96,22 @@ def latest_unfinished(results: Location, sweep_name: str) -> RunState | None:
 
 
 def results_location(text: str) -> Location:
-    """--results: a folder, or a pyarrow filesystem URI every node reaches (s3://bucket/prefix).
-
-    Reached here, once: a store the command cannot read fails in one line, not in a traceback later.
-    """
+    """--results: a folder, or a pyarrow filesystem URI every node reaches (s3://bucket/prefix)."""
     try:
         results = location.at(text)
     except ValueError as e:
         raise UsageError(f"--results {e}") from None
-    try:
-        location.check(results, write=False)
-    except OSError as e:
-        raise UsageError(f"--results {text}: cannot read results there ({location.reason(e)})") from None
+    _reach(results, text, write=False)
     return results
 
 
-def _check_writable(results: Location, text: str) -> None:
-    """A run writes there: tried once, after every other check and before Ray starts."""
+def _reach(results: Location, text: str, write: bool) -> None:
+    """A store the command cannot read (a run: write) fails here in one line, not in a traceback later."""
     try:
-        location.check(results, write=True)
+        location.check(results, write)
     except OSError as e:
-        raise UsageError(f"--results {text}: cannot write results there ({location.reason(e)})") from None
+        doing = "write" if write else "read"
+        raise UsageError(f"--results {text}: cannot {doing} results there ({location.reason(e)})") from None
 
 
 def _first_difference(old: str, new: str) -> str:
@@ -200,7 +195,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
 
     data_dir = _data_dir(args, sweep, trials, scale, resumed)
-    _check_writable(results, args.results)
+    _reach(results, args.results, write=True)  # after every other check, before Ray starts
     cluster = ray_cluster.start(address, num_gpus, args.dashboard_host, job_name=sweep.name, nodes=nodes)
     try:
         return _run_on_cluster(args, argv, cluster, sweep, scale, all_trials, trials, results, data_dir,

@@ -82,14 +82,15 @@ class Run:
 
 def find_run(target: str, results: Location) -> Location:
     """A run folder given as a path or URI, a sweep's folder (its latest run), or a sweep name under results."""
-    try:
-        path = location.at(target) if location.is_uri(target) else Path(target)
-        if location.is_uri(target):
+    path: Location = Path(target)
+    if location.is_uri(target):
+        try:
+            path = location.at(target)
             location.check(path, write=False)
-    except ValueError as e:  # a URI pyarrow cannot open
-        raise StoreError(str(e)) from None
-    except OSError as e:  # a store it cannot reach
-        raise StoreError(f"{target}: cannot read a run there ({location.reason(e)})") from None
+        except ValueError as e:  # a URI pyarrow cannot open
+            raise StoreError(str(e)) from None
+        except OSError as e:  # a store it cannot reach
+            raise StoreError(f"{target}: cannot read a run there ({location.reason(e)})") from None
     if (path / "run.json").is_file():
         return path
     if path.is_dir() and run_dirs(path.parent, path.name):

@@ -18,11 +18,11 @@ from sweep import spec, store
 SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
 
 
-def start(results: Path, *extra: str) -> subprocess.Popen:
+def start(results: Path, *extra: str, sweep: str = SWEEP) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
     # A session of its own, so the test can stop every process the driver started, and only those.
-    return subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(results), *extra], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "sweep", sweep, "--results", str(results), *extra], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
 
 
@@ -185,10 +185,7 @@ fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, ba
         steps_per_epoch: 3, warmup_steps: 1, lr: 0.05}
 """)
     results = tmp_path / "results"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(sweep), "--results", str(results)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = start(results, sweep=str(sweep))
     try:
         deadline = time.time() + 240
         while not any(p for run in store.run_dirs(results, "live") for p in (run / "epochs").glob("*.parquet")):
