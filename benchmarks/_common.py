@@ -23,6 +23,8 @@ PYTHON = sys.executable
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from trainables.config import TrialConfig  # noqa: E402
+
 
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a measured child: no inherited thread count or Ray address.
@@ -73,11 +75,11 @@ def run_raw(config: dict[str, Any], data_dir: Path | None = None, timeout: float
     return Run(trial_steady(epochs), epochs, wall, shlex.join(cmd))
 
 
-def spec_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """A resolved trial config (sweep.spec.Trial.config) as sweep-file settings giving the same trial."""
+def spec_settings(config: TrialConfig) -> dict[str, Any]:
+    """A resolved trial config (as the spec loader makes it) as sweep-file settings giving the same trial."""
     # None is every optional setting's default, and not a value a sweep file may give.
     # gpus_per_node follows from num_gpus and nodes: a sweep file gives one of the two.
-    out = {k: v for k, v in config.items() if k not in ("data_dir", "lr_rule", "gpus_per_node") and v is not None}
+    out = {k: v for k, v in config.to_dict().items() if k not in ("lr_rule", "gpus_per_node") and v is not None}
     if out.get("base_lr") is not None:  # the engine derives lr from the linear scaling rule again
         out.pop("lr", None)
     return out

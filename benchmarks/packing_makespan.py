@@ -26,7 +26,6 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from sweep import packing  # noqa: E402
 from sweep.runner import trial_resources  # noqa: E402
-from sweep.spec import Trial  # noqa: E402
 from trainables.config import TrialConfig  # noqa: E402
 
 NODES = 2
@@ -36,15 +35,13 @@ GPUS_PER_NODE = 8
 MIX = {1: (6, 6.0), 2: (5, 5.0), 4: (4, 6.0), 8: (3, 8.0)}
 
 
-def make_trials(scale: float) -> tuple[list[Trial], dict[str, float]]:
+def make_trials(scale: float) -> tuple[list[TrialConfig], dict[str, float]]:
     trials, seconds = [], {}
     for gpus, (count, duration) in MIX.items():
         for i in range(count):
-            tid = f"g{gpus}-{i}"
-            config = TrialConfig("mxnet", "resnet20_cifar", num_gpus=gpus, batch_per_gpu=64, epochs=1, lr=0.1,
-                                 seed=i).to_dict()
-            trials.append(Trial(tid, config))
-            seconds[tid] = duration * scale
+            trial = TrialConfig("mxnet", "resnet20_cifar", num_gpus=gpus, batch_per_gpu=64, epochs=1, lr=0.1, seed=i)
+            trials.append(trial)
+            seconds[trial.trial_id] = duration * scale
     return trials, seconds
 
 
@@ -54,10 +51,10 @@ def sleeper(config: dict) -> None:
     tune.report({"start": start, "end": time.time()})
 
 
-def makespan_of(order: list[Trial], scale: float, storage: str) -> float:
+def makespan_of(order: list[TrialConfig], scale: float, storage: str) -> float:
     tuner = tune.Tuner(
         tune.with_resources(sleeper, trial_resources),
-        param_space={"trial": tune.grid_search([t.config for t in order]), "scale": scale},
+        param_space={"trial": tune.grid_search([t.to_dict() for t in order]), "scale": scale},
         tune_config=tune.TuneConfig(reuse_actors=False),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     )

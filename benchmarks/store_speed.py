@@ -56,8 +56,9 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from sweep import spec  # noqa: E402
-from sweep.store import EPOCH_SCHEMA, RunStore, new_run_id, summarize  # noqa: E402
-from trainables.config import field_names, trial_id  # noqa: E402
+from sweep.schema import EPOCH_SCHEMA, Status  # noqa: E402
+from sweep.store import RunMeta, RunStore, config_columns, new_run_id, summarize  # noqa: E402
+from trainables.config import TrialConfig, field_names  # noqa: E402
 
 CIFAR_TRAIN = 50_000
 
@@ -83,7 +84,7 @@ def real_template(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict]:
         source = f"first epoch row of {run_dir}"
     else:
         trial = spec.load(args.sweep).trials("smoke")[0]
-        config = spec_settings(trial.config)
+        config = spec_settings(trial)
         data_dir = write_cifar_like(tmp / "cifar", train_images=5000, test_images=max(config.get("val_examples") or 256, 256))
         run = run_engine(config, data_dir, tmp / "template", name="store_speed_template")
         run_dir = next((tmp / "template" / "results" / "store_speed_template").glob("*/run.json")).parent
@@ -106,20 +107,22 @@ def real_template(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict]:
     return rows[0], facts
 
 
-def make_config(template: dict, i: int, rng: random.Random) -> dict:
-    config = {k: template[k] for k in field_names() if k != "data_dir"}
-    config.update({"framework": ("mxnet", "tensorflow")[i % 2], "num_gpus": rng.choice([1, 2, 4, 8]),
-                   "batch_per_gpu": rng.choice([64, 128, 256, 512]), "seed": i, "epochs": None})
-    config["lr"] = 0.05 * config["num_gpus"] * config["batch_per_gpu"] / 128
-    return config
+def make_config(template: dict, i: int, rng: random.Random, epochs: int) -> TrialConfig:
+    values = {k: template[k] for k in field_names()}
+    values.update({"framework": ("mxnet", "tensorflow")[i % 2], "num_gpus": rng.choice([1, 2, 4, 8]),
+                   "batch_per_gpu": rng.choice([64, 128, 256, 512]), "seed": i, "epochs": epochs,
+                   "nodes": 1, "gpus_per_node": None})
+    values["lr"] = 0.05 * values["num_gpus"] * values["batch_per_gpu"] / 128
+    return TrialConfig.from_dict(values)
 
 
-def make_row(template: dict, config: dict, run_id: str, tid: str, epoch: int, rng: random.Random) -> dict:
+def make_row(template: dict, trial: TrialConfig, run_id: str, tid: str, epoch: int, rng: random.Random) -> dict:
     """A row like the template's, with this trial's config and plausible, varying measurements."""
+    config = config_columns(trial)
     rate = rng.uniform(200, 4000)
     acc = min(0.95, 0.1 + 0.8 * (1 - 0.96 ** epoch) + rng.uniform(-0.02, 0.02))
     return {**template, **config, "run_id": run_id, "trial_id": tid, "epoch": epoch, "status": "running",
-            "global_batch": config["num_gpus"] * config["batch_per_gpu"], "lr_applied": config["lr"],
+            "lr_applied": config["lr"],
             "epoch_time_s": 50_000 / rate, "val_time_s": rng.uniform(1, 5), "images_per_sec": rate * 0.97,
             "steady_images_per_sec": rate, "steady_images_per_sec_stderr": rate * rng.uniform(0.001, 0.01),
             "steady_jitter": rate * rng.uniform(0.005, 0.03), "steady_steps": config["steps_per_epoch"] or 390,
@@ -194,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  columns null in the real row (so also here): {', '.join(facts['empty']) or 'none'}")
 
     run_dir = tmp / "results" / "store_speed" / new_run_id()
-    RunStore.create(tmp / "results", "store_speed", run_dir.name, {"sweep": "store_speed"}, "name: store_speed\n")
+    RunStore.create(tmp / "results", RunMeta("store_speed", run_dir.name, "full", "store_speed.yaml", "", None, True, []),
+                    "name: store_speed\n")
     rng = random.Random(0)
     timed_trials = min(args.timed_trials or args.trials, args.trials)
     per_epoch = [0.0] * args.epochs  # write_epoch seconds summed over the timed trials, by epoch index
@@ -203,9 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     base = {"sweep": "store_speed", "run_id": run_dir.name, "scale": "full"}
     for i in range(args.trials):
-        config = make_config(template, i, rng)
-        config["epochs"] = args.epochs
-        tid = trial_id(config)
+        config = make_config(template, i, rng, args.epochs)
+        tid = config.trial_id
         rows = [make_row(template, config, run_dir.name, tid, epoch, rng) for epoch in range(args.epochs)]
         if i < timed_trials:
             store = RunStore(run_dir)  # what one trial's process holds
@@ -216,13 +219,13 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()  # the driver, when Tune says the trial ended (sweep/runner.py)
             driver_store = RunStore(run_dir)
             epochs = driver_store.trial_epochs(tid)
-            summary = summarize(tid, config, epochs, "completed", base)
+            summary = summarize(tid, config, epochs, Status.COMPLETED, base)
             summary.update({"started_at": 0.0, "ended_at": 1.0, "wall_time_s": 1.0, "attempts": 1, "gpu_hours": 0.0})
             driver_store.finish_trial(summary, epochs)
             driver.append(time.perf_counter() - t0)
         else:  # the same files on disk, written once (the final state), to make the run full size for reading
             t0 = time.perf_counter()
-            summary = summarize(tid, config, rows, "completed", base)
+            summary = summarize(tid, config, rows, Status.COMPLETED, base)
             summary.update({"started_at": 0.0, "ended_at": 1.0, "wall_time_s": 1.0, "attempts": 1, "gpu_hours": 0.0})
             RunStore(run_dir).finish_trial(summary, rows)
             fill += time.perf_counter() - t0

@@ -10,9 +10,9 @@ import os
 import sys
 from typing import Any
 
-from sweep import launch, spec
-from sweep.launch import UsageError
-from sweep.spec import SpecError
+from sweep import spec
+from sweep.errors import UsageError, UserError
+from trainables.config import TrialConfig
 
 COMMANDS = ("list", "show", "run", "report", "status")
 
@@ -81,25 +81,31 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def trial_table(trials: list[spec.Trial]) -> list[str]:
-    cols = ("framework", "model", "num_gpus", "batch_per_gpu", "global_batch", "lr", "lr_rule", "epochs", "data")
-    rows = [[t.trial_id] + [_fmt(t.config.get(c, t.config["batch_per_gpu"] * t.config["num_gpus"])) for c in cols]
-            for t in trials]
-    head = ["trial_id", "framework", "model", "gpus", "batch/gpu", "global", "lr", "lr_rule", "epochs", "data"]
+SHOWN = {"framework": "framework", "model": "model", "num_gpus": "gpus", "batch_per_gpu": "batch/gpu",
+         "global_batch": "global", "lr": "lr", "lr_rule": "lr_rule", "epochs": "epochs", "data": "data"}
+
+
+def trial_table(trials: list[TrialConfig]) -> list[str]:
+    """One line per trial: the usual columns, then every other setting the sweep varies."""
+    cols = [*SHOWN, *(axis for axis in spec.varying_axes(trials) if axis not in SHOWN)]
+    rows = [[t.trial_id] + [_fmt(getattr(t, c)) for c in cols] for t in trials]
+    head = ["trial_id", *(SHOWN.get(c, c) for c in cols)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return [line(head)] + [line(r) for r in rows]
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "-"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     sweep = spec.load(args.sweep)
     print(f"{sweep.name}: {sweep.description}")
-    if sweep.seed_ref:
-        print(f"reproduces: {sweep.seed_ref}")
+    if sweep.study:
+        print(f"reproduces: {sweep.study}")
     scales = [args.scale] if args.scale else list(spec.SCALES)
     for scale in scales:
         trials = sweep.trials(scale)
@@ -110,8 +116,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sweep.cluster import ClusterError
-    from sweep.store import StoreError
     from trainables.data import DataError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -122,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "show":
             return cmd_show(args)
         if args.command == "status":
-            return launch.cmd_status(args)
+            from sweep.runs import cmd_status
+            return cmd_status(args)
         if args.command == "report":
             from sweep.report import cmd_report  # pandas and matplotlib load only for a report
             return cmd_report(args)
-        return launch.cmd_run(args, argv)
-    except (UsageError, SpecError, DataError, StoreError, ClusterError) as e:
+        from sweep.launch import cmd_run
+        return cmd_run(args, argv)
+    except (UserError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -7,6 +7,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from sweep.errors import ClusterError
+
 # Environment of every trial process: quiet TensorFlow logs on each worker.
 TRIAL_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
 
@@ -40,11 +42,11 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
     """
     import ray
 
-    from sweep import monitor
+    from sweep import dashboard
 
     runtime_env: dict[str, Any] = {"env_vars": TRIAL_ENV}
     address = address or os.environ.get("RAY_ADDRESS")
-    watch = monitor.init_options(job_name)  # the job carries the sweep's name (dashboard, Jobs)
+    watch = dashboard.init_options(job_name)  # the job carries the sweep's name (dashboard, Jobs)
     if address:
         _check_reachable(address)
         context = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.ERROR,
@@ -70,10 +72,6 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
                            logging_level=logging.ERROR, **watch)
     url = context.dashboard_url
     return Cluster(embedded=not address, nodes=alive_nodes(), dashboard_url=f"http://{url}" if url else None)
-
-
-class ClusterError(Exception):
-    """A cluster that cannot be joined; the message is the one line the user sees."""
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:

@@ -17,7 +17,8 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from sweep import store
-from sweep.spec import Trial
+from sweep.schema import Status
+from trainables.config import TrialConfig
 from trainables import data, zoo
 
 # Forward-pass GFLOPs per image at the model's default input size (published figures, rounded);
@@ -25,18 +26,15 @@ from trainables import data, zoo
 GFLOPS = {"resnet50_v1": 4.1, "inception_v3": 5.7, "alexnet": 0.72, "cifar10_conv": 0.006}
 
 
-def model_cost(trial: Trial) -> float:
+def model_cost(c: TrialConfig) -> float:
     """Estimated GPU-seconds-proportional cost of a trial (arbitrary units)."""
-    c = trial.config
-    name = c["model"]
-    default = zoo.default_image_size(name)
-    side = c["image_size"] or default
-    units = zoo.cifar_resnet_units(name)
-    per_image = 0.041 * (6 * units + 2) / 20 if units is not None else GFLOPS[name]
+    default = zoo.default_image_size(c.model)
+    side = c.image_size or default
+    units = zoo.cifar_resnet_units(c.model)
+    per_image = 0.041 * (6 * units + 2) / 20 if units is not None else GFLOPS[c.model]
     per_image *= (side / default) ** 2
-    images = (c["steps_per_epoch"] * c["batch_per_gpu"] * c["num_gpus"] if c["steps_per_epoch"]
-              else data.CIFAR10_TRAIN_SIZE)
-    return c["epochs"] * images * per_image / c["num_gpus"] + 1e-3  # the GPUs share an epoch's images
+    images = c.steps_per_epoch * c.global_batch if c.steps_per_epoch else data.CIFAR10_TRAIN_SIZE
+    return c.epochs * images * per_image / c.num_gpus + 1e-3  # the GPUs share an epoch's images
 
 
 def measured_seconds(results: Path, sweep_name: str) -> dict[str, float]:
@@ -50,11 +48,11 @@ def measured_seconds(results: Path, sweep_name: str) -> dict[str, float]:
     if not frames:
         return {}
     done = pd.concat(frames)
-    done = done[done.status == "completed"].dropna(subset=["wall_time_s"])
+    done = done[done.status == Status.COMPLETED].dropna(subset=["wall_time_s"])
     return done.groupby("trial_id").wall_time_s.median().to_dict()
 
 
-def estimate(trials: Sequence[Trial], measured: dict[str, float]) -> dict[str, float]:
+def estimate(trials: Sequence[TrialConfig], measured: dict[str, float]) -> dict[str, float]:
     """Seconds per trial: measured where the store has it, else the model cost scaled by measured ones."""
     costs = {t.trial_id: model_cost(t) for t in trials}
     known = [(measured[t.trial_id], costs[t.trial_id]) for t in trials if t.trial_id in measured]
@@ -62,19 +60,19 @@ def estimate(trials: Sequence[Trial], measured: dict[str, float]) -> dict[str, f
     return {tid: measured.get(tid, cost * scale) for tid, cost in costs.items()}
 
 
-def simulate(order: Sequence[Trial], seconds: dict[str, float], node_gpus: Sequence[float],
+def simulate(order: Sequence[TrialConfig], seconds: dict[str, float], node_gpus: Sequence[float],
              node_cpus: Sequence[float]) -> float:
     """Makespan of in-order dispatch on the given nodes: the next trial starts once it fits.
 
     A trial takes gpus_per_node GPUs and cpus_per_trial CPUs on each of `nodes` different nodes.
     """
     free_gpus, free_cpus = list(node_gpus), list(node_cpus)
-    running: list[tuple[float, int, list[int], Trial]] = []  # (end time, tiebreak, nodes, trial)
+    running: list[tuple[float, int, list[int], TrialConfig]] = []  # (end time, tiebreak, nodes, trial)
     now, position = 0.0, 0
     while position < len(order) or running:
         while position < len(order):
             trial = order[position]
-            g, c, n = trial.config["gpus_per_node"], trial.config["cpus_per_trial"], trial.config["nodes"]
+            g, c, n = trial.gpus_per_node, trial.cpus_per_trial, trial.nodes
             fits = [i for i in range(len(free_gpus)) if free_gpus[i] >= g and free_cpus[i] >= c][:n]
             if len(fits) < n:
                 break
@@ -87,25 +85,25 @@ def simulate(order: Sequence[Trial], seconds: dict[str, float], node_gpus: Seque
             break  # what is left fits no node: the feasibility check reports it
         now, _, nodes, trial = heapq.heappop(running)
         for i in nodes:
-            free_gpus[i] += trial.config["gpus_per_node"]
-            free_cpus[i] += trial.config["cpus_per_trial"]
+            free_gpus[i] += trial.gpus_per_node
+            free_cpus[i] += trial.cpus_per_trial
     return now
 
 
-def lower_bound(trials: Sequence[Trial], seconds: dict[str, float], total_gpus: float) -> float:
-    area = sum(t.config["num_gpus"] * seconds[t.trial_id] for t in trials)
+def lower_bound(trials: Sequence[TrialConfig], seconds: dict[str, float], total_gpus: float) -> float:
+    area = sum(t.num_gpus * seconds[t.trial_id] for t in trials)
     return max(area / total_gpus, max(seconds[t.trial_id] for t in trials))
 
 
-CANDIDATES: dict[str, Callable[[Trial, dict[str, float]], tuple]] = {
+CANDIDATES: dict[str, Callable[[TrialConfig, dict[str, float]], tuple]] = {
     "longest first": lambda t, s: (-s[t.trial_id],),
-    "most GPU-time first": lambda t, s: (-t.config["num_gpus"] * s[t.trial_id],),
-    "widest first": lambda t, s: (-t.config["num_gpus"], -s[t.trial_id]),
+    "most GPU-time first": lambda t, s: (-t.num_gpus * s[t.trial_id],),
+    "widest first": lambda t, s: (-t.num_gpus, -s[t.trial_id]),
 }
 
 
-def order(trials: Sequence[Trial], seconds: dict[str, float], node_gpus: Sequence[float],
-          node_cpus: Sequence[float], swaps: int = 8000) -> tuple[list[Trial], str, float]:
+def order(trials: Sequence[TrialConfig], seconds: dict[str, float], node_gpus: Sequence[float],
+          node_cpus: Sequence[float], swaps: int = 8000) -> tuple[list[TrialConfig], str, float]:
     """The order with the shortest simulated makespan: (order, how it was found, makespan).
 
     The best of a few sorted orders is improved by random pair swaps. A swap that leaves the makespan

@@ -22,25 +22,25 @@ os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
 
 from ray import tune  # noqa: E402
 
-from sweep import location, monitor  # noqa: E402
-from sweep import store as results  # noqa: E402
-from sweep.spec import Sweep, Trial  # noqa: E402
-from trainables.config import TrialConfig, trial_id  # noqa: E402
+from sweep import location  # noqa: E402
+from sweep.console import SweepView  # noqa: E402
+from sweep.schema import Status  # noqa: E402
+from sweep.spec import Sweep  # noqa: E402
+from sweep.store import RunStore, gpu_hours, summarize  # noqa: E402
+from sweep.trial import TrialRuntime, labelled_trainable, trial_of  # noqa: E402
+from trainables.config import TrialConfig  # noqa: E402
 
 
 @dataclass(frozen=True)
 class RunPlan:
     sweep: Sweep
-    scale: str
-    trials: list[Trial]  # the trials to run in this session
+    trials: list[TrialConfig]  # the trials to run in this session
     total: int  # trials in the whole run
-    store: results.RunStore
-    data_dir: str | None  # None: no CIFAR-10, every trial runs on synthetic data
-    emulated: bool | None  # None: each node decides (joined cluster)
+    store: RunStore
+    runtime: TrialRuntime  # what every trial gets besides its config
     max_concurrent: int | None
     max_failures: int  # retries of a trial whose worker or node was lost (Tune's FailureConfig)
     session: int  # 1 for the first session of the run, 2 for its first resume, ...
-    row_base: dict[str, Any]  # columns every row of the run shares (sweep, run, scale, engine)
 
 
 class Interrupt(tune.Stopper):
@@ -102,52 +102,52 @@ def _error_of(trial: Any) -> tuple[str, str]:
     return type(cause).__name__, message[0][:500] if message else ""
 
 
-def _failure_status(error_type: str, message: str) -> str:
+def _failure_status(error_type: str, message: str) -> Status:
     oom = error_type in ("ResourceExhaustedError", "MemoryError", "OutOfMemoryError") or "out of memory" in message.lower()
-    return "oom" if oom else "failed"
+    return Status.OOM if oom else Status.FAILED
 
 
 class SummaryCallback(tune.Callback):
-    """Writes each trial's summary row when Tune says it ended, and tells the console view (sweep/monitor.py)."""
+    """Writes each trial's summary row when Tune says it ended, and tells the console view (sweep/console.py)."""
 
-    def __init__(self, plan: RunPlan, interrupt: Interrupt, view: monitor.SweepView) -> None:
+    def __init__(self, plan: RunPlan, interrupt: Interrupt, view: SweepView) -> None:
         self.plan = plan
         self.interrupt = interrupt
         self.view = view
         self.started: dict[str, float] = {}
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.started[trial_id(trial.config["trial"])] = time.time()
+        self.started[trial_of(trial.config).trial_id] = time.time()
 
-    def _finish(self, trial: Any, status: str, error: tuple[str, str] | None) -> None:
-        tid = trial_id(trial.config["trial"])
-        config = trial.config["trial"]
+    def _finish(self, trial: Any, status: Status, error: tuple[str, str] | None) -> None:
+        config = trial_of(trial.config)
+        tid = config.trial_id
         epochs = self.plan.store.trial_epochs(tid)
-        if status == "completed":
-            if epochs and epochs[-1].get("status") == "diverged":
-                status = "diverged"
-            elif len(epochs) < config["epochs"]:
+        if status == Status.COMPLETED:
+            if epochs and epochs[-1].get("status") == Status.DIVERGED:
+                status = Status.DIVERGED
+            elif len(epochs) < config.epochs:
                 if self.interrupt.fired or not self.plan.sweep.early_stopping:
                     return  # stopped by Ctrl-C or SIGTERM: not finished, a resume continues it
-                status = "stopped_early"  # ASHA ended a healthy trial before its last epoch
+                status = Status.STOPPED_EARLY  # ASHA ended a healthy trial before its last epoch
         now = time.time()
         started = self.started.get(tid, now)
         attempt = self.plan.store.attempts(tid)
         # GPU time reserved: this attempt's wall time, plus the epochs kept from earlier attempts.
         earlier = sum((e["epoch_time_s"] or 0) + (e["val_time_s"] or 0) for e in epochs if (e["attempt"] or 0) < attempt)
         wall = now - started + earlier
-        summary = results.summarize(tid, config, epochs, status, self.plan.row_base)
+        summary = summarize(tid, config, epochs, status, self.plan.runtime.columns)
         summary.update({"started_at": started, "ended_at": now, "wall_time_s": wall, "attempts": attempt,
-                        "gpu_hours": config["num_gpus"] * wall / 3600.0})
+                        "gpu_hours": gpu_hours(config.num_gpus, wall)})
         if error:
             summary["error_type"], summary["error"] = error
-        elif status == "diverged":
+        elif status == Status.DIVERGED:
             summary["error"] = f"training loss not finite in epoch {epochs[-1]['epoch']}"
         self.plan.store.finish_trial(summary, epochs)
         self.view.ended(config, status, f"{error[0]}: {error[1]}" if error else None)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._finish(trial, "completed", None)
+        self._finish(trial, Status.COMPLETED, None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         error = _error_of(trial)
@@ -161,38 +161,34 @@ def trial_resources(config: dict[str, Any]) -> tune.PlacementGroupFactory:
     trial's trainable only coordinates: it takes an empty head bundle, and its workers (sweep/workers.py)
     take one bundle each, STRICT_SPREAD over as many nodes.
     """
-    trial = config["trial"]
-    bundle = {"CPU": trial["cpus_per_trial"], "GPU": trial["gpus_per_node"]}
-    if TrialConfig.from_dict(trial).distributed:
-        return tune.PlacementGroupFactory([{}] + [bundle] * trial["nodes"], strategy="STRICT_SPREAD")
+    trial = trial_of(config)
+    bundle = {"CPU": trial.cpus_per_trial, "GPU": trial.gpus_per_node}
+    if trial.distributed:
+        return tune.PlacementGroupFactory([{}] + [bundle] * trial.nodes, strategy="STRICT_SPREAD")
     return tune.PlacementGroupFactory([bundle], strategy="STRICT_PACK")
 
 
 def _scheduler(plan: RunPlan) -> Any:
     """ASHA on val_acc where the sweep asks for early stopping; Tune's FIFO otherwise."""
-    if not plan.sweep.early_stopping or plan.data_dir is None:
+    if not plan.sweep.early_stopping or plan.runtime.data_dir is None:
         return None
     from ray.tune.schedulers import ASHAScheduler
 
     return ASHAScheduler(time_attr="training_iteration", metric="val_acc", mode="max",
-                         max_t=max(t.config["epochs"] for t in plan.trials), **plan.sweep.early_stopping)
+                         max_t=max(t.epochs for t in plan.trials), **plan.sweep.early_stopping)
 
 
 def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> int | None:
     """Run the plan's trials on the connected Ray; the signal that stopped them (SIGINT, SIGTERM), if one did."""
-    from sweep.trial import train
-
-    runtime = {"data_dir": plan.data_dir, "emulated": plan.emulated, "run_dir": str(plan.store.dir),
-               "row_base": plan.row_base}
-    with Interrupt() as interrupt, monitor.SweepView(plan, print_line) as view:
+    with Interrupt() as interrupt, SweepView(plan, print_line) as view:
         callback = SummaryCallback(plan, interrupt, view)
         tuner = tune.Tuner(
-            monitor.labelled_trainable(train, trial_resources),  # actors named after their trial
-            param_space={"trial": tune.grid_search([t.config for t in plan.trials]), "runtime": runtime},
+            labelled_trainable(trial_resources),  # actors named after their trial
+            param_space={"trial": tune.grid_search([t.to_dict() for t in plan.trials]), "runtime": plan.runtime},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=plan.max_concurrent, reuse_actors=False, scheduler=_scheduler(plan),
-                trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_id(t.config['trial'])}",
-                trial_dirname_creator=lambda t: trial_id(t.config["trial"])),
+                trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_of(t.config).trial_id}",
+                trial_dirname_creator=lambda t: trial_of(t.config).trial_id),
             run_config=tune.RunConfig(
                 name=f"tune-{plan.session}", **location.tune_storage(plan.store.dir), callbacks=[callback, view], verbose=0,
                 stop=interrupt,  # a Stopper: stop_all() turns true on Ctrl-C or SIGTERM

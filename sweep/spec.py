@@ -1,7 +1,7 @@
 """Sweep files: load, validate once, expand into trials.
 
 A sweep file (YAML) holds:
-  name, description, seed_ref    what it is and which seed experiment it reproduces
+  name, description, study       what it is and which study (a document of ../shared/seeds) it reproduces
   fixed: {key: value}            settings shared by every trial
   grid: {key: [values]}          axes; the trials are their cartesian product
   include: [{key: value|[values]}]  extra trials (controls); axes an entry leaves out take every grid value
@@ -25,11 +25,13 @@ from typing import Any, Callable
 import yaml
 
 from trainables import zoo
-from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, VARIABLE_UPDATES, TrialConfig, field_names, trial_id
+from sweep.errors import SpecError
+from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, VARIABLE_UPDATES, TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 SCALES = ("smoke", "full")
-TOP_KEYS = {"name", "description", "seed_ref", "fixed", "grid", "include", "scales", "target_acc", "early_stopping"}
+TOP_KEYS = {"name", "description", "study", "fixed", "grid", "include", "scales", "target_acc", "early_stopping"}
+LEGACY_KEYS = {"seed_ref": "study"}  # the old names, still read in sweep files stored with earlier runs
 EARLY_STOPPING_KEYS = {"grace_period": 1, "reduction_factor": 2}  # key -> smallest value
 SECTION_KEYS = {"fixed", "grid", "include"}
 
@@ -59,10 +61,6 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"))
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a sweep's name is a folder under --results
-
-
-class SpecError(Exception):
-    """A sweep file that cannot be run; the message is the one line the user sees."""
 
 
 # --- value checks: each returns None when the value is fine, else what was expected -------------
@@ -132,29 +130,23 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "variable_update": _choice(VARIABLE_UPDATES),
 }
 # Set by the engine, never by a sweep file.
-DERIVED = {"lr_rule", "data_dir"}
+DERIVED = {"lr_rule"}
 assert set(CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
 REQUIRED = ("framework", "model", "batch_per_gpu", "epochs")  # and num_gpus or gpus_per_node
-
-
-@dataclass(frozen=True)
-class Trial:
-    trial_id: str
-    config: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Sweep:
     name: str
     description: str
-    seed_ref: str | None
+    study: str | None  # the document of ../shared/seeds this sweep reproduces
     path: Path
     text: str  # the file as read: stored with each run, hashed to detect edits before a resume
     raw: dict[str, Any]
     target_acc: float | None
     early_stopping: dict[str, int] | None  # ASHA's grace_period and reduction_factor
 
-    def trials(self, scale: str) -> list[Trial]:
+    def trials(self, scale: str) -> list[TrialConfig]:
         return expand(self, scale)
 
 
@@ -200,11 +192,14 @@ def parse(text: str, path: Path) -> Sweep:
         raise SpecError(f"{where}: malformed YAML{at}: {problem}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: expected a mapping of sweep settings at the top level")
+    for old, new in LEGACY_KEYS.items():
+        if old in raw and new not in raw:
+            raw[new] = raw.pop(old)
     _check_top(where, raw)
     sweep = Sweep(
         name=raw.get("name") or path.stem,
         description=raw["description"],
-        seed_ref=raw.get("seed_ref"),
+        study=raw.get("study"),
         path=path.resolve(),
         text=text,
         raw=raw,
@@ -223,7 +218,7 @@ def _check_top(where: str, raw: dict[str, Any]) -> None:
         raise SpecError(f"{where}: unknown key '{unknown[0]}' (expected one of {', '.join(sorted(TOP_KEYS))})")
     if not isinstance(raw.get("description"), str) or not raw["description"].strip():
         raise SpecError(f"{where}: description: expected a one-line text saying what the sweep reproduces")
-    for key in ("name", "seed_ref"):
+    for key in ("name", "study"):
         if key in raw and not isinstance(raw[key], str):
             raise SpecError(f"{where}: {key}: expected a text")
     if "name" in raw and not NAME.match(raw["name"]):
@@ -292,12 +287,21 @@ def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
                 _check_value(where, f"{prefix}include[{i}].{key}", key, v)
 
 
+def varying_axes(trials: list[TrialConfig]) -> tuple[str, ...]:
+    """The settings whose value differs between the trials: what tells them apart in a table or a label.
+    Derived settings are left out where they add nothing: lr_rule (lr, base_lr and base_batch tell it), and
+    gpus_per_node unless nodes varies too (it is num_gpus then)."""
+    varying = [name for name in field_names() if len({repr(getattr(t, name)) for t in trials}) > 1]
+    redundant = {"lr_rule"} | ({"gpus_per_node"} if "nodes" not in varying else set())
+    return tuple(name for name in varying if name not in redundant)
+
+
 def _product(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
     keys = list(axes)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
 
 
-def expand(sweep: Sweep, scale: str) -> list[Trial]:
+def expand(sweep: Sweep, scale: str) -> list[TrialConfig]:
     """The trials of one scale, in grid order, each validated as a whole."""
     raw = sweep.raw
     override = raw.get("scales", {}).get(scale, {})
@@ -314,37 +318,29 @@ def expand(sweep: Sweep, scale: str) -> list[Trial]:
         partials.extend(_product(axes))
     if not partials and fixed:
         partials = [{}]
-    trials: dict[str, Trial] = {}
+    trials: dict[str, TrialConfig] = {}
     for point in partials:
         config = _resolve(where, scale, {**fixed, **point})
-        tid = trial_id(config)
-        trials.setdefault(tid, Trial(tid, config))
+        trials.setdefault(config.trial_id, config)
     if not trials:
         raise SpecError(f"{where}: grid: expected at least one trial at scale '{scale}' (empty grid and no include)")
     return list(trials.values())
 
 
-def _resolve(where: str, scale: str, values: dict[str, Any]) -> dict[str, Any]:
+def _resolve(where: str, scale: str, values: dict[str, Any]) -> TrialConfig:
     """Fill defaults and derived values of one trial; check what only the whole trial can tell."""
     missing = [k for k in REQUIRED if k not in values]
     if missing:
         raise SpecError(f"{where}: {missing[0]}: expected a value in fixed, grid or include (scale '{scale}')")
     values = dict(values)
     _resolve_gpus(where, scale, values)
-    if "lr" in values:
-        values["lr_rule"] = "fixed"
-    else:
-        if "base_lr" not in values or "base_batch" not in values:
-            raise SpecError(f"{where}: lr: expected lr, or base_lr and base_batch for the linear scaling rule (scale '{scale}')")
-        values["lr_rule"] = "linear"
-        global_batch = values["batch_per_gpu"] * values["num_gpus"]
-        values["lr"] = round(values["base_lr"] * global_batch / values["base_batch"], 10)
+    if "lr" not in values and ("base_lr" not in values or "base_batch" not in values):
+        raise SpecError(f"{where}: lr: expected lr, or base_lr and base_batch for the linear scaling rule (scale '{scale}')")
+    values.setdefault("lr", None)  # None: TrialConfig applies the linear scaling rule
     if values.get("warmup_epochs", 0) >= values["epochs"] and values.get("warmup_epochs", 0) > 0:
         raise SpecError(f"{where}: warmup_epochs: expected fewer than epochs ({values['epochs']}), got {values['warmup_epochs']}")
     _check_distribution(where, values)
-    config = TrialConfig.from_dict(values).to_dict()
-    config.pop("data_dir")
-    return config
+    return TrialConfig.from_dict(values)
 
 
 def _resolve_gpus(where: str, scale: str, values: dict[str, Any]) -> None:

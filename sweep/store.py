@@ -19,11 +19,13 @@ which an object store makes visible whole or not at all.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import secrets
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -31,61 +33,62 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
+from sweep.errors import StoreError
 from sweep.location import Location, RemotePath, at
-from trainables.config import field_names
-
-KEY = ("run_id", "trial_id", "epoch")
-CONFIG_COLUMNS: dict[str, pa.DataType] = {
-    "framework": pa.string(), "model": pa.string(), "num_gpus": pa.int64(), "batch_per_gpu": pa.int64(),
-    "global_batch": pa.int64(), "epochs": pa.int64(), "lr": pa.float64(), "lr_rule": pa.string(),
-    "base_lr": pa.float64(), "base_batch": pa.int64(), "warmup_epochs": pa.int64(),
-    "lr_decay_epochs": pa.list_(pa.int64()), "lr_decay_factor": pa.float64(), "momentum": pa.float64(),
-    "weight_decay": pa.float64(), "data": pa.string(), "image_size": pa.int64(),
-    "steps_per_epoch": pa.int64(), "val_examples": pa.int64(), "warmup_steps": pa.int64(), "seed": pa.int64(),
-    "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
-    "variable_update": pa.string(),
-}
-assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()) - {"data_dir"}
-ENV_COLUMNS: dict[str, pa.DataType] = {
-    "hostname": pa.string(), "device_kind": pa.string(), "gpu_model": pa.string(), "gpu_count": pa.int64(),
-    "gpu_driver": pa.string(), "cuda_version": pa.string(), "cudnn_version": pa.string(),
-    "cpu_model": pa.string(), "cpu_count": pa.int64(),
-    "framework_version": pa.string(), "python_version": pa.string(), "numpy_version": pa.string(),
-    "os": pa.string(), "ray_version": pa.string(), "engine_version": pa.string(), "git_commit": pa.string(),
-}
-EPOCH_SCHEMA = pa.schema({
-    "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "epoch": pa.int64(),
-    "status": pa.string(), "scale": pa.string(),
-    **CONFIG_COLUMNS,
-    "data_kind": pa.string(), "lr_applied": pa.float64(), "steps": pa.int64(),
-    "epoch_time_s": pa.float64(), "val_time_s": pa.float64(), "images_per_sec": pa.float64(),
-    "steady_images_per_sec": pa.float64(), "steady_images_per_sec_stderr": pa.float64(),
-    "steady_jitter": pa.float64(), "steady_steps": pa.int64(),
-    "train_loss": pa.float64(), "train_acc": pa.float64(), "val_acc": pa.float64(),
-    "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
-    "param_count": pa.int64(), "threads": pa.int64(), "ray_gpu_ids": pa.string(), "ray_node_id": pa.string(), "pid": pa.int64(),
-    "attempt": pa.int64(), "reported_at": pa.float64(),
-    **ENV_COLUMNS,
-})
-TRIAL_SCHEMA = pa.schema({
-    "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "status": pa.string(),
-    "scale": pa.string(),
-    **CONFIG_COLUMNS,
-    "data_kind": pa.string(), "error_type": pa.string(), "error": pa.string(),
-    "started_at": pa.float64(), "ended_at": pa.float64(), "wall_time_s": pa.float64(),
-    "attempts": pa.int64(), "gpu_hours": pa.float64(), "epochs_done": pa.int64(),
-    "best_val_acc": pa.float64(), "final_val_acc": pa.float64(), "final_train_acc": pa.float64(),
-    "steady_images_per_sec": pa.float64(), "mean_epoch_time_s": pa.float64(),
-    "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
-    **ENV_COLUMNS,
-})
-STATUSES = ("completed", "failed", "diverged", "oom", "infeasible", "stopped_early")
-DONE = ("completed", "stopped_early")  # the ended statuses that count as done; the others as failed
+from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, TRIAL_SCHEMA, Status
+from trainables.config import TrialConfig
 
 
-class StoreError(Exception):
-    """A file in the store that cannot be read; the message names it."""
+def gpu_hours(num_gpus: int, seconds: float) -> float:
+    """GPU-hours: the GPUs a trial holds times the time it holds them. The one definition the run's
+    summary rows, its status and its live gauges all use."""
+    return num_gpus * seconds / 3600.0
 
+
+@dataclass(frozen=True)
+class Session:
+    """One start of a run's driver: the first run, then each --resume."""
+
+    command: str  # the command line, as the user typed it (python -m sweep ...)
+    started_at: float
+    host: str
+    pid: int  # the driver's process on that host
+    address: str | None  # the --address given, None for an embedded Ray
+    engine_version: str
+    git_commit: str | None
+    ray_version: str
+
+
+@dataclass
+class RunMeta:
+    """run.json: what a run is (its sweep, scale and trials) and each session that worked on it."""
+
+    sweep: str
+    run_id: str
+    scale: str
+    spec_path: str
+    spec_sha256: str
+    data_dir: str | None  # None: the run trains on synthetic data (no CIFAR-10 at the smoke scale)
+    emulated: bool | None  # None: a joined cluster, where each node tells for itself
+    trials: list[str]  # every trial id of the run's grid, in grid order
+    sessions: list[Session] = field(default_factory=list)
+
+    @property
+    def command(self) -> str:
+        """The command that started the run."""
+        return self.sessions[0].command if self.sessions else "unknown"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> RunMeta:
+        try:
+            raw = json.loads(text)
+            sessions = [Session(**s) for s in raw.pop("sessions", [])]
+            return cls(**raw, sessions=sessions)
+        except (ValueError, TypeError, AttributeError) as e:  # not JSON, or not this store's fields
+            raise StoreError(f"{where}: not a run.json of this store ({str(e).splitlines()[0]})") from None
 
 def _atomic_write_bytes(path: Location, payload: bytes) -> None:
     if isinstance(path, RemotePath):
@@ -156,8 +159,8 @@ class RunStore:
         self._epoch_rows: dict[str, dict[int, dict[str, Any]]] = {}  # the writing trial's own rows
 
     @classmethod
-    def create(cls, results: Location, sweep: str, run_id: str, meta: dict[str, Any], spec_text: str) -> RunStore:
-        store = cls(results / sweep / run_id)
+    def create(cls, results: Location, meta: RunMeta, spec_text: str) -> RunStore:
+        store = cls(results / meta.sweep / meta.run_id)
         store.epochs_dir.mkdir(parents=True)
         store.trials_dir.mkdir()
         _atomic_write_bytes(store.dir / "sweep.yaml", spec_text.encode())
@@ -165,11 +168,21 @@ class RunStore:
         return store
 
     @property
-    def meta(self) -> dict[str, Any]:
-        return json.loads((self.dir / "run.json").read_text())
+    def meta(self) -> RunMeta:
+        path = self.dir / "run.json"
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise StoreError(f"{path}: unreadable ({e.strerror or str(e).splitlines()[0]})") from None
+        return RunMeta.from_json(text, str(path))
 
-    def write_meta(self, meta: dict[str, Any]) -> None:
-        _atomic_write_bytes(self.dir / "run.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+    def write_meta(self, meta: RunMeta) -> None:
+        _atomic_write_bytes(self.dir / "run.json", meta.to_json().encode())
+
+    @property
+    def spec_text(self) -> str:
+        """The sweep file as it was when the run started."""
+        return (self.dir / "sweep.yaml").read_text()
 
     def record_start(self, trial: str) -> None:
         folder = self.starts_dir / trial
@@ -225,10 +238,17 @@ class RunStore:
             _atomic_write_table(self.epochs_dir / f"{summary['trial_id']}.parquet", stamped, EPOCH_SCHEMA)
         _atomic_write_table(self.trials_dir / f"{summary['trial_id']}.parquet", [summary], TRIAL_SCHEMA)
 
-    def finished(self) -> dict[str, str]:
+    def finished(self) -> dict[str, Status]:
         """trial id -> final status, for every trial with a summary row."""
         trials = self.trials()
-        return dict(zip(trials.trial_id, trials.status))
+        return {tid: Status(status) for tid, status in zip(trials.trial_id, trials.status)}
+
+    def gpu_hours(self) -> float:
+        """GPU-hours the run's trials have held: their summary rows', plus the epochs of trials not ended."""
+        summaries, epochs = self.trials(), self.epochs()
+        running = epochs[~epochs.trial_id.isin(summaries.trial_id)]
+        seconds = running.epoch_time_s.fillna(0) + running.val_time_s.fillna(0)
+        return float(summaries.gpu_hours.fillna(0).sum()) + float(gpu_hours(running.num_gpus, seconds).sum())
 
     def epochs(self) -> pd.DataFrame:
         return _read_dir(self.epochs_dir, EPOCH_SCHEMA)
@@ -237,11 +257,15 @@ class RunStore:
         return _read_dir(self.trials_dir, TRIAL_SCHEMA)
 
 
-def summarize(trial_id: str, config: dict[str, Any], epochs: list[dict[str, Any]], status: str,
+def config_columns(config: TrialConfig) -> dict[str, Any]:
+    """A trial's config as the columns of its rows."""
+    return {**config.to_dict(), "global_batch": config.global_batch}
+
+
+def summarize(trial_id: str, config: TrialConfig, epochs: list[dict[str, Any]], status: Status,
               base: dict[str, Any]) -> dict[str, Any]:
     """The trial's summary row, computed from its epoch rows (the store's, not Tune's)."""
-    row: dict[str, Any] = {**base, **config, "trial_id": trial_id, "status": status,
-                           "global_batch": config["batch_per_gpu"] * config["num_gpus"]}
+    row: dict[str, Any] = {**base, **config_columns(config), "trial_id": trial_id, "status": status.value}
     if not epochs:
         return row
     last = epochs[-1]

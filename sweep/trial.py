@@ -1,5 +1,6 @@
 """The Ray Tune trainable: one trial of a sweep, run by trainables.loop, its rows written as it goes.
 
+This module runs in the trial's process (a Tune actor on some node); it imports no driver-side module.
 Each epoch's row is written to the store by the trial itself, before its checkpoint is handed to
 Tune: whatever kills the driver or the trial, a checkpoint never runs ahead of the rows, and a
 replayed epoch replaces its row. The driver only adds each trial's summary row at its end.
@@ -7,30 +8,98 @@ replayed epoch replaces its row. The driver only adds each trial's summary row a
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sweep import location
 from sweep.location import Location, RemotePath
-from sweep.store import RunStore
+from sweep.schema import Status
+from sweep.store import RunStore, config_columns
 from trainables import environment
-from trainables.config import TrialConfig, trial_id
+from trainables.config import TrialConfig
 from trainables.loop import Devices, Report, checkpoint_epoch, run_trial
 
+METRIC_TAGS = ("sweep", "run", "trial", "framework", "model", "num_gpus", "batch")
 
-def assigned_devices(num_gpus: int, emulated: bool) -> Devices:
-    """The GPUs Ray assigned to this trial; as many CPU devices when they are emulated."""
-    import ray
 
-    ids = tuple(str(i) for i in ray.get_gpu_ids())
-    if len(ids) != num_gpus:
-        raise RuntimeError(f"Ray assigned {len(ids)} GPUs ({','.join(ids)}), the trial asked for {num_gpus}")
-    if emulated:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # fake GPU ids must never reach a real device
-        return Devices("cpu-emulated", num_gpus, ids)
-    return Devices("gpu", num_gpus, ids)
+@dataclass(frozen=True)
+class TrialRuntime:
+    """What every trial of a session gets besides its config: where and how it runs."""
+
+    run_dir: str  # the run's folder or URI in the store
+    data_dir: str | None  # None: no CIFAR-10, every trial runs on synthetic data
+    emulated: bool | None  # None: a joined cluster, where each node tells for itself
+    columns: dict[str, Any]  # what every row of the run carries: sweep, run_id, scale, the engine
+    label_axes: tuple[str, ...] = ()  # the settings the sweep varies: named in every trial's label
+
+    def label(self, config: TrialConfig) -> str:
+        """A trial as the dashboard's actors and the console name it: `<sweep>-<trial id> <settings>`."""
+        return f"{self.columns['sweep']}-{config.trial_id} {config.label(self.label_axes)}"
+
+
+def trial_of(config: dict[str, Any]) -> TrialConfig:
+    """The trial a Tune config holds. Tune's param_space carries it as plain data, which Tune resolves
+    and logs natively (an object there becomes a placeholder that trial-name creators see unresolved)."""
+    return TrialConfig.from_dict(config["trial"])
+
+
+def labelled_trainable(resources: Callable[[dict[str, Any]], Any]) -> type:
+    """`train` as a Tune function trainable whose actors carry the trial's label.
+
+    Ray records an actor's repr once it is constructed, when the actor's class itself defines
+    `__repr__` (Tune's own wrapper says only the function's name); `resources` is what
+    `tune.with_resources` would give: the trial's placement group from its config.
+    """
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    class SweepTrial(wrap_function(train)):
+        @classmethod
+        def default_resource_request(cls, config: dict[str, Any]) -> Any:
+            return resources(config)
+
+        def __repr__(self) -> str:
+            try:
+                return self.config["runtime"].label(trial_of(self.config))
+            except (AttributeError, KeyError, TypeError):
+                return "SweepTrial"
+
+    SweepTrial.__qualname__ = SweepTrial.__name__  # the dashboard's Class column
+    return SweepTrial
+
+
+class TrialGauges:
+    """The trial's images/s, epoch and val_acc on Ray's metrics endpoint (`ray_sweep_*`), set from
+    its own process at each epoch; they go when the trial's actor does."""
+
+    def __init__(self, config: TrialConfig, runtime: TrialRuntime) -> None:
+        self.tags = {"sweep": str(runtime.columns["sweep"]), "run": str(runtime.columns["run_id"]),
+                     "trial": config.trial_id, "framework": config.framework, "model": config.model,
+                     "num_gpus": str(config.num_gpus), "batch": str(config.batch_per_gpu)}
+        try:
+            from ray.util.metrics import Gauge
+
+            self.images = Gauge("sweep_images_per_sec", "images/s of the trial's latest epoch", tag_keys=METRIC_TAGS)
+            self.epoch = Gauge("sweep_epoch", "epochs the trial has finished", tag_keys=METRIC_TAGS)
+            self.val_acc = Gauge("sweep_val_acc", "validation accuracy after the latest epoch", tag_keys=METRIC_TAGS)
+        except Exception as e:  # noqa: BLE001 - metrics never stop a trial
+            print(f"sweep: no Ray metrics for this trial: {e}", file=sys.stderr)
+            self.images = None
+
+    def update(self, metrics: dict[str, Any]) -> None:
+        if self.images is None:
+            return
+        try:
+            self.images.set(float(metrics["images_per_sec"]), tags=self.tags)
+            self.epoch.set(float(metrics["epoch"]) + 1, tags=self.tags)
+            if metrics.get("val_acc") is not None:
+                self.val_acc.set(float(metrics["val_acc"]), tags=self.tags)
+        except Exception as e:  # noqa: BLE001
+            print(f"sweep: Ray metrics failed: {e}", file=sys.stderr)
+            self.images = None
 
 
 def latest_checkpoint(run_dir: Location, tid: str, scratch: str) -> str | None:
@@ -48,26 +117,24 @@ def latest_checkpoint(run_dir: Location, tid: str, scratch: str) -> str | None:
 
 
 def train(config: dict[str, Any]) -> None:
-    """Ray Tune function trainable. config: {"trial": TrialConfig dict, "runtime": engine settings}."""
+    """Ray Tune function trainable. config: {"trial": TrialConfig.to_dict(), "runtime": TrialRuntime}."""
     import ray
     from ray import tune
 
-    cfg = TrialConfig.from_dict(config["trial"])
-    runtime = config["runtime"]
-    tid = trial_id(config["trial"])
-    store = RunStore(location.at(runtime["run_dir"]))
+    cfg = trial_of(config)
+    runtime: TrialRuntime = config["runtime"]
+    tid = cfg.trial_id
+    store = RunStore(location.at(runtime.run_dir))
     store.record_start(tid)
     # The driver decides for an embedded Ray; on a joined cluster each node tells for itself.
-    emulated = runtime["emulated"] if runtime["emulated"] is not None else environment.real_gpu_count() == 0
-    base = {**runtime["row_base"], **config["trial"], "trial_id": tid, "global_batch": cfg.global_batch,
-            "attempt": store.attempts(tid), "ray_node_id": ray.get_runtime_context().get_node_id()}
-    from sweep.monitor import TrialGauges
-
-    gauges = TrialGauges(config)  # this trial's images/s, epoch and val_acc on Ray's metrics endpoint
+    emulated = runtime.emulated if runtime.emulated is not None else environment.real_gpu_count() == 0
+    base = {**runtime.columns, **config_columns(cfg), "trial_id": tid, "attempt": store.attempts(tid),
+            "ray_node_id": ray.get_runtime_context().get_node_id()}
+    gauges = TrialGauges(cfg, runtime)
 
     def report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
-        store.write_epoch({**base, **metrics, "status": "diverged" if metrics["diverged"] else "running",
-                           "reported_at": time.time()})
+        status = Status.DIVERGED if metrics["diverged"] else Status.RUNNING
+        store.write_epoch({**base, **metrics, "status": status.value, "reported_at": time.time()})
         gauges.update(metrics)
         # tune.report persists the checkpoint folder before it returns, so it may be temporary.
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
@@ -77,10 +144,10 @@ def train(config: dict[str, Any]) -> None:
     checkpoint = tune.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as path:
-            _train(cfg, emulated, runtime["data_dir"], report, path)
+            _train(cfg, emulated, runtime.data_dir, report, path)
         return
     with tempfile.TemporaryDirectory() as scratch:
-        _train(cfg, emulated, runtime["data_dir"], report, latest_checkpoint(store.dir, tid, scratch))
+        _train(cfg, emulated, runtime.data_dir, report, latest_checkpoint(store.dir, tid, scratch))
 
 
 def _train(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, restore_dir: str | None) -> None:
@@ -90,4 +157,10 @@ def _train(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Repor
 
         workers.run(cfg, emulated, data_dir, report, restore_dir)
     else:
-        run_trial(cfg, assigned_devices(cfg.num_gpus, emulated), data_dir, report, restore_dir=restore_dir)
+        import ray
+
+        devices = Devices.of([str(i) for i in ray.get_gpu_ids()], emulated)
+        if devices.count != cfg.num_gpus:
+            raise RuntimeError(f"Ray assigned {devices.count} GPUs ({','.join(devices.ray_gpu_ids)}), "
+                               f"the trial asked for {cfg.num_gpus}")
+        run_trial(cfg, devices, data_dir, report, restore_dir=restore_dir)

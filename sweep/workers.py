@@ -9,7 +9,7 @@ bundle i go, all started into the trial's placement group so that Ray accounts f
   and, in bundle 0, the scheduler. The DMLC environment tells each process its role.
 - TensorFlow, replicated: a TrialWorker per node under MultiWorkerMirroredStrategy (TF_CONFIG).
 - TensorFlow, parameter_server: a worker server (with the GPUs) and a parameter server (on CPU, as
-  in seed 004) per node, both RoleProcesses; the trainable runs the loop as ParameterServerStrategy's
+  in study 004) per node, both RoleProcesses; the trainable runs the loop as ParameterServerStrategy's
   coordinator, TensorFlow's "chief".
 
 The actors are owned by the trainable: when it ends, however it ends, they end, and each RoleProcess's
@@ -19,19 +19,20 @@ name, and Tune's FailureConfig retries it from its last checkpoint.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from trainables.config import TrialConfig
-from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, save_checkpoint
+from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, end_epoch, run_trial
 from trainables.measure import total_over_workers
 
 
@@ -85,10 +86,8 @@ class RoleProcess:
 class TrialWorker:
     """One worker of a data-parallel trial: the shared loop on its node's devices and its slice of each batch."""
 
-    def __init__(self, gpus: int, emulated: bool) -> None:
-        from sweep.trial import assigned_devices
-
-        self.devices = assigned_devices(gpus, emulated)
+    def __init__(self, emulated: bool) -> None:
+        self.devices = Devices.of([str(i) for i in ray.get_gpu_ids()], emulated)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.loop: TrialLoop | None = None
 
@@ -113,9 +112,10 @@ class TrialWorker:
         always end on ray.kill (TensorFlow ignores SIGTERM; measured here, MXNet workers outlived it)."""
         os._exit(0)
 
-    def checkpoint(self, epoch: int) -> dict[str, bytes]:
+    def checkpoint(self) -> dict[str, bytes]:
+        """The backend's state, as files (the coordinator writes them where Tune wants them)."""
         with tempfile.TemporaryDirectory() as path:
-            save_checkpoint(self.loop.backend, path, epoch)
+            self.loop.backend.save(path)
             return _read_files(path)
 
 
@@ -150,7 +150,7 @@ class Group:
     def worker(self, bundle: int, emulated: bool) -> Any:
         cfg = self.cfg
         actor = TrialWorker.options(num_cpus=cfg.cpus_per_trial, num_gpus=cfg.gpus_per_node,
-                                    scheduling_strategy=self._at(bundle)).remote(cfg.gpus_per_node, emulated)
+                                    scheduling_strategy=self._at(bundle)).remote(emulated)
         self.actors.append(actor)
         self.workers.append(actor)
         return actor
@@ -229,15 +229,14 @@ def _data_parallel(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str
     group.get([w.start.remote(cfg.to_dict(), env, data_dir, restore, Shard(rank, cfg.nodes))
                for rank, (w, env) in enumerate(zip(workers, envs))])
     start = checkpoint_epoch(restore_dir) + 1 if restore_dir else 0
+
+    def save(path: str) -> None:  # the first worker's state stands for all (they hold the same weights)
+        _write_files(path, group.get([workers[0].checkpoint.remote()])[0])
+
     for epoch in range(start, cfg.epochs):
         metrics = total_over_workers(group.get([w.epoch.remote(epoch) for w in workers]))
-        if metrics["diverged"]:
-            report(metrics, None)
+        if not end_epoch(metrics, epoch, save, report):
             return
-        files = group.get([workers[0].checkpoint.remote(epoch)])[0]
-        with tempfile.TemporaryDirectory() as path:
-            _write_files(path, files)
-            report(metrics, path)
 
 
 def _mxnet_roles(group: Group, cfg: TrialConfig) -> list[dict[str, str]]:
@@ -254,10 +253,13 @@ def _mxnet_roles(group: Group, cfg: TrialConfig) -> list[dict[str, str]]:
     return [{**common, "DMLC_ROLE": "worker"} for _ in range(cfg.nodes)]
 
 
+def tf_config(cluster: dict[str, list[str]], task_type: str, index: int) -> str:
+    """TensorFlow's TF_CONFIG for one task: the whole cluster ({job: [host:port]}) and which task this is."""
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
 def _tensorflow_workers(group: Group, workers: list[Any]) -> list[dict[str, str]]:
     """MultiWorkerMirroredStrategy's TF_CONFIG for each worker, from the addresses they found free."""
-    from trainables.tensorflow.cluster import tf_config
-
     addresses = group.get([w.free_address.remote() for w in workers])
     return [{"TF_CONFIG": tf_config({"worker": addresses}, "worker", rank)} for rank in range(len(workers))]
 
@@ -265,9 +267,6 @@ def _tensorflow_workers(group: Group, workers: list[Any]) -> list[dict[str, str]
 def _parameter_server(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report,
                       restore_dir: str | None) -> None:
     """ParameterServerStrategy: worker and ps servers per node; this process runs the loop as the coordinator."""
-    from trainables.loop import run_trial
-    from trainables.tensorflow.cluster import tf_config
-
     workers = [group.role(i, f"TensorFlow worker {i}", with_devices=True) for i in range(cfg.nodes)]
     servers = [group.role(i, f"TensorFlow parameter server {i}") for i in range(cfg.nodes)]
     addresses = group.get([a.free_address.remote() for a in workers + servers])

@@ -16,7 +16,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _common  # noqa: E402
 from sweep import spec  # noqa: E402
+from sweep.schema import Status  # noqa: E402
 from sweep.store import summarize  # noqa: E402
+from trainables.config import TrialConfig  # noqa: E402
 
 
 def test_trial_steady_is_the_summary_rows_figure() -> None:
@@ -26,8 +28,9 @@ def test_trial_steady_is_the_summary_rows_figure() -> None:
         {"steady_images_per_sec": 130.0, "steady_steps": 40, "epoch_time_s": 1.5, "val_acc": None,
          "peak_device_mem_mib": None, "peak_host_rss_mib": 1.0, "train_acc": None},
     ]
-    config = {"batch_per_gpu": 64, "num_gpus": 1}
-    assert _common.trial_steady(epochs) == pytest.approx(summarize("t", config, epochs, "completed", {})["steady_images_per_sec"])
+    config = TrialConfig("mxnet", "resnet8_cifar", num_gpus=1, batch_per_gpu=64, epochs=2, lr=0.1)
+    summary = summarize("t", config, epochs, Status.COMPLETED, {})
+    assert _common.trial_steady(epochs) == pytest.approx(summary["steady_images_per_sec"])
 
 
 def test_spec_settings_give_the_same_trial() -> None:
@@ -35,7 +38,7 @@ def test_spec_settings_give_the_same_trial() -> None:
     for item in spec.list_sweeps():
         sweep = spec.load(item.name)
         for trial in sweep.trials("smoke")[:3]:
-            text = _common.sweep_yaml("one", _common.spec_settings(trial.config))
+            text = _common.sweep_yaml("one", _common.spec_settings(trial))
             again = spec.parse(text, Path("one.yaml")).trials("full")
             assert [t.trial_id for t in again] == [trial.trial_id]
 
@@ -47,7 +50,7 @@ def test_packing_benchmark_trials_are_engine_trials() -> None:
     from sweep.runner import trial_resources
 
     trials, seconds = packing_makespan.make_trials(1.0)
-    assert [trial_resources({"trial": t.config}).bundles for t in trials[:1]] == [[{"CPU": 1, "GPU": 1}]]
+    assert [trial_resources({"trial": t.to_dict()}).bundles for t in trials[:1]] == [[{"CPU": 1, "GPU": 1}]]
     ordered, _, makespan = packing.order(trials, seconds, [8, 8], [64, 64])
     assert makespan < packing.simulate(trials, seconds, [8, 8], [64, 64])
 

@@ -23,8 +23,7 @@ def test_show_prints_count_and_each_trial() -> None:
     assert f"scale smoke: {len(trials)} trials" in out.stdout
     for t in trials:
         row = next(line for line in out.stdout.splitlines() if t.trial_id in line)
-        cfg = t.config
-        for value in (cfg["framework"], cfg["model"], str(cfg["num_gpus"]), str(cfg["batch_per_gpu"]), f"{cfg['lr']:g}"):
+        for value in (t.framework, t.model, str(t.num_gpus), str(t.batch_per_gpu), f"{t.lr:g}"):
             assert value in row.split(), (value, row)
 
 

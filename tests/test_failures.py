@@ -31,7 +31,7 @@ def test_failed_trials_are_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
     epochs = pd.read_parquet(run_dir / "epochs")
     div_rows = epochs[epochs.trial_id == diverged.trial_id]
     assert len(div_rows) >= 1 and div_rows.status.eq("diverged").all()  # the rows it has stay
-    for line in ("failed (", "oom (ResourceExhaustedError", "diverged"):
+    for line in ("failed (", "OOM (ResourceExhaustedError", "diverged"):
         assert line in out.stdout
 
 

@@ -6,19 +6,30 @@ from pathlib import Path
 import pytest
 
 from sweep import packing, store
-from sweep.spec import Trial
+from sweep.schema import Status
+from sweep.store import RunMeta
+from trainables.config import TrialConfig
+
+NAMED: dict[str, TrialConfig] = {}  # a test's name for a trial -> the trial
 
 
-def trial(tid: str, gpus: int, **config) -> Trial:
+def trial(name: str, gpus: int, **config) -> TrialConfig:
+    """A trial the test calls by name (its seed makes its id unique)."""
     nodes = config.pop("nodes", 1)
-    base = {"num_gpus": gpus, "cpus_per_trial": 1, "model": "resnet20_cifar", "image_size": None,
-            "steps_per_epoch": 10, "batch_per_gpu": 32, "epochs": 1, "nodes": nodes, "gpus_per_node": gpus // nodes}
-    return Trial(tid, {**base, **config})
+    values = {"framework": "mxnet", "model": "resnet20_cifar", "num_gpus": gpus, "batch_per_gpu": 32, "epochs": 1,
+              "lr": 0.1, "steps_per_epoch": 10, "nodes": nodes, "seed": sum(map(ord, name)) * 1000 + len(NAMED)}
+    NAMED[name] = TrialConfig.from_dict({**values, **config})
+    return NAMED[name]
+
+
+def secs(**by_name: float) -> dict[str, float]:
+    """Seconds by trial id, given by the trials' names."""
+    return {NAMED[name].trial_id: value for name, value in by_name.items()}
 
 
 def test_in_order_dispatch_waits_for_a_trial_that_does_not_fit() -> None:
     trials = [trial("a", 8), trial("b", 8), trial("c", 1)]
-    seconds = {"a": 10.0, "b": 10.0, "c": 1.0}
+    seconds = secs(a=10.0, b=10.0, c=1.0)
     # One 8-GPU node: a runs, b waits for it, and c waits behind b (Tune dispatches in order).
     assert packing.simulate(trials, seconds, [8], [64]) == 21.0
     assert packing.simulate([trials[2], trials[0], trials[1]], seconds, [8], [64]) == 21.0
@@ -31,7 +42,7 @@ def test_order_is_never_worse_than_the_grid_and_beats_it_on_a_mixed_grid() -> No
     for gpus, count, duration in [(1, 6, 6.0), (2, 5, 5.0), (4, 4, 6.0), (8, 3, 8.0)]:
         for i in range(count):
             trials.append(trial(f"g{gpus}-{i}", gpus))
-            seconds[f"g{gpus}-{i}"] = duration
+            seconds[trials[-1].trial_id] = duration
     grid = packing.simulate(trials, seconds, [8, 8], [64, 64])
     ordered, how, makespan = packing.order(trials, seconds, [8, 8], [64, 64])
     assert sorted(t.trial_id for t in ordered) == sorted(seconds)
@@ -44,19 +55,20 @@ def test_order_is_never_worse_than_the_grid_and_beats_it_on_a_mixed_grid() -> No
 def test_estimates_come_from_earlier_runs_else_the_model(tmp_path: Path) -> None:
     full = {"steps_per_epoch": None}  # a whole epoch: more GPUs share the same images
     small, big, other = trial("s", 1, **full), trial("b", 1, model="resnet50_v1", image_size=32, **full), trial("o", 2, **full)
-    meta = {"sweep": "x", "run_id": "r1", "scale": "full", "trials": ["s"], "sessions": []}
-    run = store.RunStore.create(tmp_path, "x", "r1", meta, "description: x\n")
-    run.finish_trial({"sweep": "x", "run_id": "r1", "trial_id": "s", "status": "completed", "wall_time_s": 30.0}, [])
+    run = store.RunStore.create(tmp_path, RunMeta("x", "r1", "full", "x.yaml", "", None, True, [small.trial_id]),
+                                "description: x\n")
+    run.finish_trial({"sweep": "x", "run_id": "r1", "trial_id": small.trial_id, "status": Status.COMPLETED,
+                      "wall_time_s": 30.0}, [])
     seconds = packing.estimate([small, big, other], packing.measured_seconds(tmp_path, "x"))
-    assert seconds["s"] == 30.0  # measured
-    assert seconds["b"] > seconds["s"]  # ResNet-50 costs more per image than ResNet-20
-    assert seconds["o"] == pytest.approx(seconds["s"] / 2)
+    assert seconds[small.trial_id] == 30.0  # measured
+    assert seconds[big.trial_id] > seconds[small.trial_id]  # ResNet-50 costs more per image than ResNet-20
+    assert seconds[other.trial_id] == pytest.approx(seconds[small.trial_id] / 2)
 
 
 def test_a_trial_spanning_nodes_waits_for_free_gpus_on_that_many_nodes() -> None:
     wide = trial("wide", 2, nodes=2)  # one GPU on each of two nodes
     local = [trial("a", 1), trial("b", 1)]
-    seconds = {"wide": 10.0, "a": 10.0, "b": 10.0}
+    seconds = secs(wide=10.0, a=10.0, b=10.0)
     # Two nodes of one GPU: the two one-GPU trials fill both, so the spread trial runs after them.
     assert packing.simulate(local + [wide], seconds, [1, 1], [4, 4]) == 20.0
     # Two GPUs on one node are not two nodes: the spread trial never starts there.

@@ -42,8 +42,8 @@ def s3_uri() -> str:
 
 def test_a_run_store_on_s3_writes_and_reads_every_row_once(s3_uri: str) -> None:
     results = location.at(s3_uri)
-    meta = {"sweep": "x", "run_id": "r1", "scale": "full", "trials": ["a", "b"], "sessions": []}
-    run = store.RunStore.create(results, "x", "r1", meta, "description: x\n")
+    meta = store.RunMeta("x", "r1", "full", "x.yaml", "", None, False, ["a", "b"])
+    run = store.RunStore.create(results, meta, "description: x\n")
     for epoch in (0, 1, 1):  # epoch 1 replayed: the later row replaces it
         run.write_epoch({"run_id": "r1", "trial_id": "a", "epoch": epoch, "reported_at": time.time()})
     run.record_start("a")
@@ -77,14 +77,14 @@ def test_a_store_it_cannot_reach_or_write_is_one_line_and_exit_2_before_ray_star
     unreachable = "s3://sweeps/results" + endpoint
     a_file = tmp_path / "a_file"
     a_file.write_text("in the way of --results")
-    cases = {
-        "cannot read results there (When getting information": [sweep, "--results", unreachable],
-        "cannot read results there (When getting information": ["status", sweep, "--results", unreachable],
-        "cannot read a run there (When getting information": ["report", "s3://sweeps/results/tiny_mxnet/r1" + endpoint],
-        "cannot read results there (a file, not a folder)": [sweep, "--results", str(a_file)],
-        "cannot write results there (No such file or directory)": [sweep, "--results", "/proc/no/results"],
-    }
-    for expected, args in cases.items():
+    cases = [  # (what the one line says, the command)
+        ("cannot read results there (When getting information", [sweep, "--results", unreachable]),
+        ("cannot read results there (When getting information", ["status", sweep, "--results", unreachable]),
+        ("cannot read a run there (When getting information", ["report", "s3://sweeps/results/tiny_mxnet/r1" + endpoint]),
+        ("cannot read results there (a file, not a folder)", [sweep, "--results", str(a_file)]),
+        ("cannot write results there (No such file or directory)", [sweep, "--results", "/proc/no/results"]),
+    ]
+    for expected, args in cases:
         out = run_cli(*args, timeout=120, env=CREDENTIALS)
         assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr[-2000:])
         assert len(out.stderr.strip().splitlines()) == 1 and expected in out.stderr, (args, out.stderr)

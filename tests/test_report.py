@@ -20,7 +20,8 @@ from conftest import ROOT, run_cli
 from PIL import Image
 
 from sweep import report, store
-from trainables.config import TrialConfig, trial_id
+from sweep.schema import Status
+from trainables.config import TrialConfig
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 USABLE = ("completed", "stopped_early")
@@ -56,28 +57,27 @@ def write_run(results: Path, sweep: str, run_id: str, trials: list[dict[str, Any
             values.update(lr=0.05 * t["batch"] * t["gpus"] / 32, lr_rule="linear", base_lr=0.05, base_batch=32)
         else:
             values.update(lr=t["lr"], lr_rule="fixed")
-        config = TrialConfig(**values).to_dict()
-        config.pop("data_dir")
-        configs.append(config)
-    meta = {"sweep": sweep, "run_id": run_id, "scale": "full", "command": f"python -m sweep {sweep}",
-            "emulated": False, "trials": [trial_id(c) for c in configs]}
-    spec_text = f"name: {sweep}\ndescription: test\n" + (f"target_acc: {target_acc}\n" if target_acc else "")
-    run = store.RunStore.create(results, sweep, run_id, meta, spec_text)
+        configs.append(TrialConfig(**values))
+    meta = store.RunMeta(sweep, run_id, "full", f"{sweep}.yaml", "", None, False, [c.trial_id for c in configs],
+                         [store.Session(f"python -m sweep {sweep}", 0.0, "testhost", 1, None, "0.1.0", None, "2.60.0")])
+    spec_text = (f"name: {sweep}\ndescription: test\nfixed: {{framework: mxnet, model: resnet8_cifar, num_gpus: 1, "
+                 f"batch_per_gpu: 8, epochs: 1, lr: 0.1}}\n" + (f"target_acc: {target_acc}\n" if target_acc else ""))
+    run = store.RunStore.create(results, meta, spec_text)
     base = {**env, "sweep": sweep, "run_id": run_id, "scale": "full"}
     for t, config in zip(trials, configs):
-        tid = trial_id(config)
+        tid = config.trial_id
         for epoch, (acc, seconds) in enumerate(zip(t["accs"], t["times"])):
             rate = None if t["rate"] is None else t["rate"] * rate_factor
             run.write_epoch({
-                **base, **config, "trial_id": tid, "epoch": epoch, "status": "running",
-                "global_batch": config["batch_per_gpu"] * config["num_gpus"], "data_kind": t["data_kind"],
+                **base, **store.config_columns(config), "trial_id": tid, "epoch": epoch, "status": "running",
+                "data_kind": t["data_kind"],
                 "framework_version": f"{t['framework']} 1.0", "epoch_time_s": seconds,
                 "images_per_sec": (rate or 50.0) * 0.9, "steady_images_per_sec": rate,
                 "steady_steps": 10 if rate else 0, "train_acc": None if acc is None else acc + 0.1, "val_acc": acc,
-                "peak_device_mem_mib": [100.0 * (epoch + 1)] * config["num_gpus"], "peak_host_rss_mib": 900.0 + epoch,
+                "peak_device_mem_mib": [100.0 * (epoch + 1)] * config.num_gpus, "peak_host_rss_mib": 900.0 + epoch,
             })
         rows = run.trial_epochs(tid)
-        summary = store.summarize(tid, config, rows, t["status"], base)
+        summary = store.summarize(tid, config, rows, Status(t["status"]), base)
         if t["status"] not in USABLE:
             summary.update(error_type="RuntimeError", error=f"boom ({t['status']})")
         run.finish_trial(summary, rows)
@@ -301,14 +301,15 @@ def test_against_gives_b_over_a_and_what_changed(known_run: Path, tmp_path: Path
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    empty = store.RunStore.create(results, "empty", "20260101-000000-dddd", {"sweep": "empty"}, "name: empty\n").dir
+    empty = store.RunStore.create(results, store.RunMeta("empty", "20260101-000000-dddd", "full", "empty.yaml", "", None,
+                                                         False, []), "name: empty\n").dir
     broken = write_run(results, "broken", "20260101-000000-eeee", [trial("mxnet", 1, rate=1.0)])
     next((broken / "trials").glob("*.parquet")).write_bytes(b"not parquet at all")
     known = write_run(results, "known", "20260101-000000-ffff", [trial("mxnet", 1, rate=1.0)])
     a_file = tmp_path / "a_file"
     a_file.write_text("in the way of --out")
     cases = {
-        "no runs of sweep 'no_such_sweep'": ["report", "no_such_sweep", "--results", str(results)],
+        "no sweep or run id 'no_such_sweep'": ["report", "no_such_sweep", "--results", str(results)],
         "no such run folder": ["report", str(tmp_path / "missing" / "run")],
         "empty run": ["report", str(empty)],
         "not a readable Parquet file": ["report", str(broken)],
@@ -362,7 +363,7 @@ def test_report_on_a_real_tiny_run(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     run_dir = store.run_dirs(results, "tiny_report")[-1]
     assert "CPU-emulated devices: not a speed result" in out.stdout
-    assert "Throughput, speedup and efficiency (seed 004)" in out.stdout
+    assert "Throughput, speedup and efficiency (study 004)" in out.stdout
     expected = expected_throughput(run_dir)
     assert list(expected.num_gpus) == [1, 2]
     table = pd.read_csv(run_dir / "report" / "throughput.csv", index_col=[0, 1])

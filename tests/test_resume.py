@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, SWEEPS, run_cli
 
 from sweep import spec, store
+from sweep.errors import StoreError
 
 SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
 
@@ -59,7 +60,7 @@ def interrupt_when(proc: subprocess.Popen, results: Path, ready: Callable[[int, 
 
 def starts(results: Path) -> dict[str, int]:
     run = store.RunStore(run_dir(results))
-    return {t: run.attempts(t) for t in run.meta["trials"]}
+    return {t: run.attempts(t) for t in run.meta.trials}
 
 
 def finished(results: Path) -> set[str]:
@@ -107,7 +108,7 @@ def test_interrupted_sweep_resumes_with_every_row_exactly_once(sig: int, tmp_pat
     assert set(summary.status) == {"completed"}
     for t in trials:
         rows = epochs[epochs.trial_id == t.trial_id]
-        assert sorted(rows.epoch) == list(range(t.config["epochs"])), t.trial_id  # each epoch once
+        assert sorted(rows.epoch) == list(range(t.epochs)), t.trial_id  # each epoch once
     assert not epochs.duplicated(["run_id", "trial_id", "epoch"]).any()
     final = starts(results)
     assert all(final[t] == frozen[t] for t in frozen)
@@ -121,9 +122,9 @@ def test_new_run_mentions_the_unfinished_one_and_resume_refuses_an_edited_sweep(
     sweep_file = tmp_path / "tiny_mxnet.yaml"
     sweep_file.write_text(Path(SWEEP).read_text())
     # An unfinished run, as a kill before any trial leaves it: the folder, no summary rows.
-    meta = {"sweep": "tiny_mxnet", "run_id": "20200101-000000-abcd", "scale": "smoke", "data_dir": None,
-            "emulated": True, "trials": [t.trial_id for t in spec.load(str(sweep_file)).trials("smoke")], "sessions": []}
-    store.RunStore.create(results, "tiny_mxnet", meta["run_id"], meta, sweep_file.read_text())
+    trials = [t.trial_id for t in spec.load(str(sweep_file)).trials("smoke")]
+    meta = store.RunMeta("tiny_mxnet", "20200101-000000-abcd", "smoke", str(sweep_file), "", None, True, trials)
+    store.RunStore.create(results, meta, sweep_file.read_text())
     sweep_file.write_text(sweep_file.read_text().replace("epochs: 3", "epochs: 4"))
     out = run_cli(str(sweep_file), "--results", str(results), "--resume", timeout=60)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -136,13 +137,13 @@ def test_new_run_mentions_the_unfinished_one_and_resume_refuses_an_edited_sweep(
 
 def test_corrupt_parquet_in_a_run_is_named_and_loses_nothing(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    meta = {"sweep": "tiny_mxnet", "run_id": "r1", "scale": "smoke", "trials": ["a", "b"], "sessions": []}
-    run = store.RunStore.create(results, "tiny_mxnet", "r1", meta, "description: x\n")
+    run = store.RunStore.create(results, store.RunMeta("tiny_mxnet", "r1", "smoke", "x.yaml", "", None, True, ["a", "b"]),
+                                "description: x\n")
     row = {"sweep": "tiny_mxnet", "run_id": "r1", "trial_id": "a", "epoch": 0, "images_per_sec": 5.0}
     run.write_epoch(row)
     before = (run.epochs_dir / "a.parquet").read_bytes()
     (run.epochs_dir / "zz.parquet").write_bytes(b"PAR1 this is not parquet")
-    with pytest.raises(store.StoreError, match=r"zz\.parquet"):
+    with pytest.raises(StoreError, match=r"zz\.parquet"):
         run.epochs()
     out = run_cli("status", str(SWEEPS / "tiny_mxnet.yaml"), "--results", str(results), timeout=60)
     assert out.returncode == 2 and "zz.parquet" in out.stderr and len(out.stderr.strip().splitlines()) == 1
@@ -151,8 +152,8 @@ def test_corrupt_parquet_in_a_run_is_named_and_loses_nothing(tmp_path: Path) -> 
 
 
 def test_compaction_keeps_every_row_once_and_a_replay_still_replaces(tmp_path: Path) -> None:
-    meta = {"sweep": "s", "run_id": "r", "scale": "smoke", "trials": ["a", "b", "c"], "sessions": []}
-    run = store.RunStore.create(tmp_path, "s", "r", meta, "description: x\n")
+    run = store.RunStore.create(tmp_path, store.RunMeta("s", "r", "smoke", "s.yaml", "", None, True, ["a", "b", "c"]),
+                                "description: x\n")
     clock = iter(range(100))
     for trial, epochs in (("a", 3), ("b", 2), ("c", 2)):
         for epoch in range(epochs):

@@ -31,7 +31,7 @@ def test_smoke_sweep_completes_every_trial(smoke_run) -> None:
     assert set(summary.status) == {"completed"}
     for t in trials:
         rows = epochs[epochs.trial_id == t.trial_id]
-        assert sorted(rows.epoch) == list(range(t.config["epochs"])), t.trial_id
+        assert sorted(rows.epoch) == list(range(t.epochs)), t.trial_id
     assert set(epochs.framework) == {"mxnet", "tensorflow"}
     assert epochs.num_gpus.nunique() >= 2
     assert (epochs.images_per_sec > 0).all()

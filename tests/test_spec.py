@@ -1,4 +1,4 @@
-"""Sweep files: each seed's sweep expands to the seed's grid; bad files fail once, in one line."""
+"""Sweep files: each study's sweep expands to the study's grid; bad files fail once, in one line."""
 from __future__ import annotations
 
 from collections import Counter
@@ -8,11 +8,12 @@ import pytest
 from conftest import run_cli
 
 from sweep import spec
-from sweep.spec import SpecError
+from sweep.errors import SpecError
+from trainables.config import TrialConfig
 
 
-def axis(trials: list[spec.Trial], key: str) -> set:
-    return {t.config[key] for t in trials}
+def axis(trials: list[TrialConfig], key: str) -> set:
+    return {getattr(t, key) for t in trials}
 
 
 def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
@@ -20,8 +21,8 @@ def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
     assert {"resnet50_lr_scaling", "keras_mxnet_vs_tf_resnet50", "keras_mxnet_vs_tf_inception_v3",
             "cifar10_conv_mgpu", "tf_cnn_benchmarks"} <= names
     for sweep in spec.list_sweeps():
-        assert sweep.seed_ref and (Path(__file__).parents[2] / "shared" / "seeds" / sweep.seed_ref).name == sweep.seed_ref
-        assert sweep.description.startswith("Seed ")
+        assert sweep.study and (Path(__file__).parents[2] / "shared" / "seeds" / sweep.study).name == sweep.study
+        assert sweep.description.startswith("Study ")
         for scale in spec.SCALES:
             trials = sweep.trials(scale)
             assert trials and len({t.trial_id for t in trials}) == len(trials)
@@ -45,29 +46,29 @@ def test_keras_inception_matches_seed_000() -> None:
 
 def test_lr_scaling_matches_seed_001() -> None:
     trials = spec.load("resnet50_lr_scaling").trials("full")
-    grid = [t for t in trials if t.config["lr_rule"] == "linear"]
+    grid = [t for t in trials if t.lr_rule == "linear"]
     assert len(grid) == 2 * 4 * 4 * 2  # framework x GPUs x batch/GPU x warm-up variant
     assert axis(grid, "num_gpus") == {1, 2, 4, 8} and axis(grid, "batch_per_gpu") == {64, 128, 256, 512}
     assert axis(grid, "warmup_epochs") == {0, 2} and axis(trials, "epochs") == {12}
     for t in grid:  # the linear scaling rule from 0.05 at a global batch of 128
-        assert t.config["lr"] == pytest.approx(0.05 * t.config["batch_per_gpu"] * t.config["num_gpus"] / 128)
-    fixed = {(t.config["framework"], t.config["num_gpus"], t.config["batch_per_gpu"], t.config["lr"])
-             for t in trials if t.config["lr_rule"] == "fixed"}
-    for control in [(1, 512, 0.4), (8, 512, 3.2), (4, 128, 0.2), (8, 64, 0.05), (2, 256, 0.1)]:  # the seed's rows
+        assert t.lr == pytest.approx(0.05 * t.batch_per_gpu * t.num_gpus / 128)
+    fixed = {(t.framework, t.num_gpus, t.batch_per_gpu, t.lr)
+             for t in trials if t.lr_rule == "fixed"}
+    for control in [(1, 512, 0.4), (8, 512, 3.2), (4, 128, 0.2), (8, 64, 0.05), (2, 256, 0.1)]:  # the study's rows
         assert ("mxnet", *control) in fixed and ("tensorflow", *control) in fixed
     assert axis(trials, "model") == {"resnet50_cifar_v2"}  # pre-activation, as their symbols/resnet.py
 
 
 def test_cifar10_conv_matches_seed_002() -> None:
     trials = spec.load("cifar10_conv_mgpu").trials("full")
-    assert Counter((t.config["num_gpus"], t.config["batch_per_gpu"]) for t in trials) == {(1, 128): 2, (2, 64): 2, (3, 43): 2}
+    assert Counter((t.num_gpus, t.batch_per_gpu) for t in trials) == {(1, 128): 2, (2, 64): 2, (3, 43): 2}
     assert axis(trials, "epochs") == {10} and axis(trials, "model") == {"cifar10_conv"}
 
 
 def test_tf_cnn_benchmarks_matches_seed_004() -> None:
     trials = spec.load("tf_cnn_benchmarks").trials("full")
     assert len(trials) == 2 * 2 * 2 * 4 * 3  # model x data x batch x GPUs x (MXNet, TF replicated, TF PS)
-    assert Counter((t.config["framework"], t.config["variable_update"]) for t in trials) == {
+    assert Counter((t.framework, t.variable_update) for t in trials) == {
         ("mxnet", "replicated"): 32, ("tensorflow", "replicated"): 32, ("tensorflow", "parameter_server"): 32}
     assert axis(trials, "model") == {"resnet50_v1", "inception_v3"} and axis(trials, "data") == {"synthetic", "cifar10"}
     assert axis(trials, "batch_per_gpu") == {32, 64} and axis(trials, "num_gpus") == {1, 2, 4, 8}
@@ -76,15 +77,15 @@ def test_tf_cnn_benchmarks_matches_seed_004() -> None:
 
 def test_poseidon_distributed_matches_seed_003() -> None:
     trials = spec.load("poseidon_distributed").trials("full")
-    modes = Counter((t.config["framework"], t.config["kvstore"], t.config["variable_update"]) for t in trials)
+    modes = Counter((t.framework, t.kvstore, t.variable_update) for t in trials)
     assert modes == {("mxnet", "dist_sync", "replicated"): 8, ("mxnet", "dist_async", "replicated"): 8,
                      ("mxnet", "device", "replicated"): 2, ("tensorflow", "device", "replicated"): 8,
                      ("tensorflow", "device", "parameter_server"): 8}
     assert axis(trials, "nodes") == {1, 2, 4, 8} and axis(trials, "gpus_per_node") == {1}
-    assert all(t.config["num_gpus"] == t.config["nodes"] for t in trials)  # one GPU per node, as the seed
+    assert all(t.num_gpus == t.nodes for t in trials)  # one GPU per node, as the study
     assert axis(trials, "model") == {"alexnet", "inception_v3"}
     # The linear scaling rule: lr grows with the nodes' global batch.
-    assert {t.config["nodes"]: t.config["lr"] for t in trials} == {1: 0.01, 2: 0.02, 4: 0.04, 8: 0.08}
+    assert {t.nodes: t.lr for t in trials} == {1: 0.01, 2: 0.02, 4: 0.04, 8: 0.08}
 
 
 def test_smoke_keeps_every_axis_of_the_full_grid() -> None:
@@ -100,11 +101,10 @@ def test_trial_ids_are_stable_hashes_of_the_config() -> None:
     a = spec.load("resnet50_lr_scaling").trials("smoke")
     b = spec.load("resnet50_lr_scaling").trials("smoke")
     assert [t.trial_id for t in a] == [t.trial_id for t in b]
-    from trainables.config import trial_id
-    # A hash of the config alone: the same on every machine, in every run, in key order or not.
-    assert trial_id({"framework": "mxnet", "num_gpus": 2, "lr": 0.1}) == "d83fed3832"
-    assert trial_id({"lr": 0.1, "num_gpus": 2, "framework": "mxnet"}) == "d83fed3832"
-    assert trial_id(dict(a[0].config, seed=99)) != a[0].trial_id
+    # A hash of the config alone: the same on every machine and in every run (the value pins the formula,
+    # so that runs stored by earlier versions keep their ids).
+    assert TrialConfig("mxnet", "resnet8_cifar", num_gpus=2, batch_per_gpu=8, epochs=1, lr=0.1).trial_id == "f5539eee0c"
+    assert TrialConfig.from_dict({**a[0].to_dict(), "seed": 99}).trial_id != a[0].trial_id
 
 
 GOOD = """\
@@ -138,7 +138,7 @@ BAD_SPECS = [
     ("bad early stopping", GOOD + "early_stopping: {grace_period: 0}\n", "early_stopping.grace_period: expected an integer >= 1"),
     ("warm-up too long", GOOD.replace("lr: 0.1", "lr: 0.1, warmup_epochs: 3"), "warmup_epochs: expected fewer than epochs"),
     ("unsafe name", GOOD + "name: ../../etc\n", "name: expected letters, digits"),
-    ("engine-only key", GOOD.replace("lr: 0.1", "lr: 0.1, data_dir: /x"), "unknown setting 'data_dir' (set by the engine)"),
+    ("engine-only key", GOOD.replace("lr: 0.1", "lr: 0.1, lr_rule: linear"), "unknown setting 'lr_rule' (set by the engine)"),
     ("gpus both ways", GOOD.replace("lr: 0.1", "lr: 0.1, gpus_per_node: 1"), "give num_gpus (the trial's GPUs in all) or gpus_per_node, not both"),
     ("gpus uneven over nodes", GOOD.replace("num_gpus: [1]", "num_gpus: [3]").replace("lr: 0.1", "lr: 0.1, nodes: 2, kvstore: dist_sync"),
      "num_gpus: expected a multiple of nodes (2) to spread evenly, got 3"),
@@ -173,8 +173,8 @@ def test_good_spec_loads(tmp_path: Path) -> None:
 def test_scientific_notation_is_a_number(tmp_path: Path) -> None:
     path = tmp_path / "sci.yaml"
     path.write_text(GOOD.replace("lr: 0.1", "lr: 1e-3, weight_decay: 5E-4"))
-    config = spec.load(str(path)).trials("full")[0].config
-    assert config["lr"] == 0.001 and config["weight_decay"] == 0.0005
+    config = spec.load(str(path)).trials("full")[0]
+    assert config.lr == 0.001 and config.weight_decay == 0.0005
 
 
 @pytest.mark.parametrize("case", ["malformed yaml", "unknown model", "lr <= 0"])

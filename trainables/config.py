@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 FRAMEWORKS = ("mxnet", "tensorflow")
@@ -25,7 +26,7 @@ class TrialConfig:
     num_gpus: int  # the trial's GPUs in all: nodes x gpus_per_node
     batch_per_gpu: int
     epochs: int
-    lr: float  # the peak lr after the scaling rule; the schedule derives each epoch's lr from it
+    lr: float | None  # the peak lr; None: base_lr x global_batch / base_batch. The schedule derives each epoch's lr from it
     lr_rule: str = "fixed"  # "linear": lr = base_lr x global_batch / base_batch (Goyal et al. 2017)
     base_lr: float | None = None
     base_batch: int | None = None
@@ -45,11 +46,13 @@ class TrialConfig:
     nodes: int = 1  # a trial with nodes > 1 runs one worker per node (sweep/workers.py)
     gpus_per_node: int | None = None  # None: num_gpus / nodes, filled in on construction
     variable_update: str = "replicated"  # TensorFlow only: all-reduce, or parameter servers on CPU
-    data_dir: str | None = field(default=None, compare=False)  # set by the engine, not the spec
 
     def __post_init__(self) -> None:
         if self.gpus_per_node is None:  # a config made outside the spec loader (trainables.local, tests)
             object.__setattr__(self, "gpus_per_node", self.num_gpus // self.nodes)
+        if self.lr is None:  # the linear scaling rule (the spec loader checks base_lr and base_batch are set)
+            object.__setattr__(self, "lr", round(self.base_lr * self.global_batch / self.base_batch, 10))
+            object.__setattr__(self, "lr_rule", "linear")
 
     @property
     def global_batch(self) -> int:
@@ -72,13 +75,25 @@ class TrialConfig:
         out["lr_decay_epochs"] = list(self.lr_decay_epochs)
         return out
 
+    @cached_property
+    def trial_id(self) -> str:
+        """A stable id: the same trial config has the same id in every run and on every machine."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+
+    def label(self, axes: tuple[str, ...] = ()) -> str:
+        """The trial in one short phrase: framework, model, GPUs, batch and lr, then the other `axes`
+        (the settings its sweep varies), so that no two trials of a sweep read the same."""
+        parts = [self.framework, self.model, f"gpus={self.num_gpus}", f"batch={self.batch_per_gpu}", f"lr={self.lr:g}"]
+        shown = {"framework", "model", "num_gpus", "batch_per_gpu", "lr"}
+        for axis in axes:
+            if axis not in shown:
+                value = getattr(self, axis)
+                parts.append(f"{axis}={value:g}" if isinstance(value, float) else
+                             f"{axis}={','.join(map(str, value)) or '-'}" if isinstance(value, tuple) else f"{axis}={value}")
+        return " ".join(parts)
+
 
 def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(TrialConfig)]
-
-
-def trial_id(config: dict[str, Any]) -> str:
-    """A stable id: the same trial config has the same id in every run and on every machine."""
-    identity = {k: v for k, v in config.items() if k != "data_dir"}
-    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha1(blob.encode()).hexdigest()[:10]

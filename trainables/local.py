@@ -34,9 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     # The same thread count a Ray trial of this config gets (Ray sets OMP_NUM_THREADS to its CPUs).
     os.environ.setdefault("OMP_NUM_THREADS", str(cfg.cpus_per_trial))
     emulated = args.emulate or environment.real_gpu_count() < cfg.num_gpus
-    if emulated:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    devices = Devices("cpu-emulated" if emulated else "gpu", cfg.num_gpus, tuple(str(i) for i in range(cfg.num_gpus)))
+    devices = Devices.of([str(i) for i in range(cfg.num_gpus)], emulated)
 
     def report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
         print(json.dumps(metrics), flush=True)

@@ -30,6 +30,19 @@ class Devices:
     count: int
     ray_gpu_ids: tuple[str, ...]  # what Ray assigned; fake ids when emulated
 
+    @classmethod
+    def of(cls, gpu_ids: list[str] | tuple[str, ...], emulated: bool) -> Devices:
+        """The devices of a trial's process: its GPUs, or as many CPU devices when GPUs are emulated.
+
+        The one place the emulation rule lives: fake GPU ids must never reach a real device, so an
+        emulated trial's process sees no GPU at all (frameworks read CUDA_VISIBLE_DEVICES when they load).
+        """
+        ids = tuple(str(i) for i in gpu_ids)
+        if emulated:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+            return cls("cpu-emulated", len(ids), ids)
+        return cls("gpu", len(ids), ids)
+
 
 class Backend(Protocol):
     """What a framework folder provides (trainables/<framework>/backend.py: class Backend)."""
@@ -65,9 +78,8 @@ def load_backend(cfg: TrialConfig, devices: Devices, image_size: int) -> Backend
 MANIFEST = "checkpoint.json"
 
 
-def save_checkpoint(backend: Backend, path: str, epoch: int) -> None:
-    """The backend's state plus a manifest of the files' sizes, written last."""
-    backend.save(path)
+def _write_manifest(path: str, epoch: int) -> None:
+    """After the backend's files: their sizes and the epoch, so that a copy cut short is seen as such."""
     files = {name: os.path.getsize(os.path.join(path, name)) for name in os.listdir(path)}
     with open(os.path.join(path, MANIFEST), "w") as f:
         json.dump({"epoch": epoch, "files": files}, f)
@@ -182,16 +194,27 @@ class TrialLoop:
         }
 
 
+def end_epoch(metrics: dict[str, Any], epoch: int, save: Callable[[str], None], report: Report) -> bool:
+    """Hand an epoch's row and its checkpoint to `report`; False when the trial must stop (it diverged).
+
+    A diverged epoch is reported without a checkpoint: the rows so far stand, and no resume ever
+    starts from a broken model. `save(path)` writes the backend's state into a folder.
+    """
+    if metrics["diverged"]:
+        report(metrics, None)
+        return False
+    with tempfile.TemporaryDirectory() as path:
+        save(path)
+        _write_manifest(path, epoch)
+        report(metrics, path)
+    return True
+
+
 def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: Report,
               restore_dir: str | None = None, backend: Backend | None = None,
               step_check: Callable[[], None] | None = None) -> None:
     """The training loop of one trial, without Ray: the engine and the raw benchmark both run this."""
     loop = TrialLoop(cfg, devices, data_dir, restore_dir, backend, step_check=step_check)
     for epoch in range(loop.start_epoch, cfg.epochs):
-        metrics = loop.run_epoch(epoch)
-        if metrics["diverged"]:  # the rows so far stand; no checkpoint of a broken model
-            report(metrics, None)
+        if not end_epoch(loop.run_epoch(epoch), epoch, loop.backend.save, report):
             return
-        with tempfile.TemporaryDirectory() as path:
-            save_checkpoint(loop.backend, path, epoch)
-            report(metrics, path)

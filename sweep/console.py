@@ -1,20 +1,10 @@
-"""Watching a sweep live: the Ray dashboard, named trial actors, the engine's metrics, the console view.
+"""The console view of a run and the driver's gauges, fed by Tune's callbacks. Driver-side.
 
-- Dashboard: every run starts one (embedded Ray, bound to 127.0.0.1 unless --dashboard-host says
-  otherwise) or finds the cluster's, with Ray's token authentication on; `banner` says where it is,
-  where the token is and where the metrics endpoint is. The job carries the sweep's name
-  (`init_options`: the Jobs view's Name column is the job metadata's `job_name`).
-- Actors: Ray shows an actor's repr in the dashboard (Actors view, "Repr"); `labelled_trainable` makes
-  each trial's actor say "<sweep>-<trial id> <framework> <model> gpus=N batch=B lr=X".
-- Metrics (`ray.util.metrics`, exported with a `ray_` prefix on every node's metrics port, Prometheus
-  text format): per trial, from the trial's own process (`TrialGauges`): sweep_images_per_sec,
-  sweep_epoch, sweep_val_acc, tagged sweep, run, trial, framework, model, num_gpus, batch; per sweep,
-  from the driver (`SweepView`): sweep_trials{state=done|running|failed|pending}, sweep_gpu_hours.
-- Console (`SweepView`, a Tune callback): on a terminal one table of the running trials redrawn in
-  place plus a bar for the whole sweep with an ETA from measured trial durations; elsewhere (pipes,
-  CI logs) plain lines, one per finished epoch and one per ended trial.
-
-The driver imports this module before Ray starts and never imports a framework through it.
+On a terminal one table of the running trials redrawn in place plus a bar for the whole sweep with
+an ETA from measured trial durations; elsewhere (pipes, CI logs) plain lines, one per finished epoch
+and one per ended trial. Epochs are numbered from 0, as the store's `epoch` column (and MXNet's logs)
+number them. The driver's gauges (`ray_sweep_trials{state=done|running|failed|pending}`,
+`ray_sweep_gpu_hours`) are set from here, through `ray.util.metrics`.
 """
 from __future__ import annotations
 
@@ -27,152 +17,12 @@ from typing import Any, Callable, TextIO
 
 from ray import tune
 
-from sweep.store import DONE
-from trainables.config import trial_id
+from sweep.schema import Status
+from sweep.store import gpu_hours
+from sweep.trial import trial_of
+from trainables.config import TrialConfig
 
-TRIAL_TAGS = ("sweep", "run", "trial", "framework", "model", "num_gpus", "batch")
 SWEEP_TAGS = ("sweep", "run")
-TOKEN_HELP = "ray get-auth-token"
-
-
-# --- labels ---------------------------------------------------------------------------------------
-
-def describe(trial: dict[str, Any]) -> str:
-    """A trial's axes in one short phrase (the wording of the console lines)."""
-    return (f"{trial['framework']} {trial['model']} gpus={trial['num_gpus']} "
-            f"batch={trial['batch_per_gpu']} lr={trial['lr']:g}")
-
-
-def actor_label(config: dict[str, Any]) -> str:
-    """What the dashboard shows for a trial's actor: the Tune trial name, then its axes."""
-    trial = config["trial"]
-    return f"{config['runtime']['row_base']['sweep']}-{trial_id(trial)} {describe(trial)}"
-
-
-def labelled_trainable(train: Callable[[dict[str, Any]], None],
-                       resources: Callable[[dict[str, Any]], Any]) -> type:
-    """`train` as a Tune function trainable whose actors carry the trial's label.
-
-    Ray records an actor's repr once it is constructed, when the actor's class itself defines
-    `__repr__` (Tune's own wrapper says only the function's name); `resources` is what
-    `tune.with_resources` would give: the trial's placement group from its config.
-    """
-    from ray.tune.trainable.function_trainable import wrap_function
-
-    class SweepTrial(wrap_function(train)):
-        @classmethod
-        def default_resource_request(cls, config: dict[str, Any]) -> Any:
-            return resources(config)
-
-        def __repr__(self) -> str:
-            try:
-                return actor_label(self.config)
-            except (AttributeError, KeyError, TypeError):
-                return "SweepTrial"
-
-    SweepTrial.__qualname__ = SweepTrial.__name__  # the dashboard's Class column
-    return SweepTrial
-
-
-# --- the dashboard ----------------------------------------------------------------------------------
-
-def init_options(job_name: str | None) -> dict[str, Any]:
-    """Extra `ray.init` arguments: the job named after the sweep (the Jobs view's Name column).
-
-    Token authentication is Ray's own default for a local `ray.init()` (it writes ~/.ray/auth_token);
-    nothing here turns it off. RAY_AUTH_MODE is read when Ray is imported, so it is not set here:
-    the banner says when a user turned it off. A joined cluster decides for itself.
-    """
-    if not job_name:
-        return {}
-    from ray.job_config import JobConfig
-
-    return {"job_config": JobConfig(metadata={"job_name": job_name, "sweep": job_name})}
-
-
-def token_auth_enabled() -> bool:
-    try:
-        from ray._private.authentication.authentication_utils import is_token_auth_enabled
-
-        return is_token_auth_enabled()
-    except Exception:  # noqa: BLE001 - an older or minimal Ray: say nothing about a token
-        return False
-
-
-def token_source() -> str:
-    """Where this driver's Ray token comes from (never the token itself)."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return "$RAY_AUTH_TOKEN"
-    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        return os.environ["RAY_AUTH_TOKEN_PATH"]
-    return "~/.ray/auth_token"
-
-
-def metrics_urls() -> list[str]:
-    """Each alive node's Prometheus endpoint, the head node's first."""
-    import ray
-
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("MetricsExportPort")]
-    nodes.sort(key=lambda n: "node:__internal_head__" not in n.get("Resources", {}))
-    return [f"http://{n['NodeManagerAddress']}:{n['MetricsExportPort']}/metrics" for n in nodes]
-
-
-def banner(cluster: Any) -> list[str]:
-    """The lines a run prints once Ray is up: dashboard, token, metrics endpoint."""
-    lines = []
-    if cluster.dashboard_url:
-        if token_auth_enabled():
-            auth = f"token auth on: the page asks for the token in {token_source()}, also printed by `{TOKEN_HELP}`"
-        else:
-            auth = "token auth is off on this cluster: anyone who reaches this port controls it"
-        lines.append(f"Ray dashboard: {cluster.dashboard_url} ({auth})")
-    else:
-        lines.append("Ray dashboard: none on this cluster (its head runs without ray[default]'s dashboard)")
-    try:
-        urls = metrics_urls()
-    except Exception:  # noqa: BLE001 - the banner never stops a run
-        urls = []
-    if urls:
-        more = f", and {len(urls) - 1} more node(s)" if len(urls) > 1 else ""
-        lines.append(f"Ray metrics: {urls[0]} (Prometheus format, series ray_sweep_*{more})")
-    return lines
-
-
-# --- metrics ------------------------------------------------------------------------------------------
-
-def _trial_tags(config: dict[str, Any]) -> dict[str, str]:
-    trial, base = config["trial"], config["runtime"]["row_base"]
-    return {"sweep": str(base.get("sweep")), "run": str(base.get("run_id")), "trial": trial_id(trial),
-            "framework": str(trial["framework"]), "model": str(trial["model"]),
-            "num_gpus": str(trial["num_gpus"]), "batch": str(trial["batch_per_gpu"])}
-
-
-class TrialGauges:
-    """A trial's gauges, set from its own process at each epoch; they go when the trial's actor does."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.tags = _trial_tags(config)
-        try:
-            from ray.util.metrics import Gauge
-
-            self.images = Gauge("sweep_images_per_sec", "images/s of the trial's latest epoch", tag_keys=TRIAL_TAGS)
-            self.epoch = Gauge("sweep_epoch", "epochs the trial has finished", tag_keys=TRIAL_TAGS)
-            self.val_acc = Gauge("sweep_val_acc", "validation accuracy after the latest epoch", tag_keys=TRIAL_TAGS)
-        except Exception as e:  # noqa: BLE001 - metrics never stop a trial
-            print(f"sweep: no Ray metrics for this trial: {e}", file=sys.stderr)
-            self.images = None
-
-    def update(self, metrics: dict[str, Any]) -> None:
-        if self.images is None:
-            return
-        try:
-            self.images.set(float(metrics["images_per_sec"]), tags=self.tags)
-            self.epoch.set(float(metrics["epoch"]) + 1, tags=self.tags)
-            if metrics.get("val_acc") is not None:
-                self.val_acc.set(float(metrics["val_acc"]), tags=self.tags)
-        except Exception as e:  # noqa: BLE001
-            print(f"sweep: Ray metrics failed: {e}", file=sys.stderr)
-            self.images = None
 
 
 class SweepGauges:
@@ -206,7 +56,7 @@ class SweepGauges:
 @dataclass
 class Running:
     label: str
-    config: dict[str, Any]
+    config: TrialConfig
     started: float
     epoch: int = 0  # epochs finished, earlier attempts' included
     first: int | None = None  # epochs finished before this attempt (it restarted from a checkpoint)
@@ -227,20 +77,27 @@ class Progress:
     before_failed: int = 0
     gpu_hours_before: float = 0.0
     running: dict[str, Running] = field(default_factory=dict)
-    ended: dict[str, str] = field(default_factory=dict)  # this session: trial id -> status
+    ended: dict[str, Status] = field(default_factory=dict)  # this session: trial id -> status
     durations: list[float] = field(default_factory=list)  # wall seconds of the trials that ended
-    held: list[float] = field(default_factory=list)  # GPU-seconds of the trials that left
+    held: list[float] = field(default_factory=list)  # GPU-hours of the trials that left
     peak_running: int = 0
 
     def counts(self) -> dict[str, int]:
-        ok = self.before_ok + sum(s in DONE for s in self.ended.values())
-        failed = self.before_failed + sum(s not in DONE for s in self.ended.values())
+        ok = self.before_ok + sum(s.done for s in self.ended.values())
+        failed = self.before_failed + sum(not s.done for s in self.ended.values())
         running = len(self.running)
         return {"done": ok, "running": running, "failed": failed, "pending": max(self.total - ok - failed - running, 0)}
 
     def gpu_hours(self, now: float) -> float:
-        live = sum(r.config["num_gpus"] * (now - r.started) for r in self.running.values())
-        return self.gpu_hours_before + (sum(self.held) + live) / 3600.0
+        live = sum(gpu_hours(r.config.num_gpus, now - r.started) for r in self.running.values())
+        return self.gpu_hours_before + sum(self.held) + live
+
+    def leave(self, tid: str, now: float) -> Running | None:
+        """A trial stops running (it ended, or Ctrl-C stopped it): its GPU time is held for good."""
+        r = self.running.pop(tid, None)
+        if r is not None:
+            self.held.append(gpu_hours(r.config.num_gpus, now - r.started))
+        return r
 
     def eta(self, now: float) -> float | None:
         """Seconds to the end of the sweep, from measured trial durations; None before any measurement.
@@ -250,7 +107,7 @@ class Progress:
         slots as the sweep has kept busy.
         """
         rates = {id(r): r.per_epoch() for r in self.running.values()}
-        projected = [rates[id(r)] * r.config["epochs"] for r in self.running.values() if rates[id(r)]]
+        projected = [rates[id(r)] * r.config.epochs for r in self.running.values() if rates[id(r)]]
         samples = self.durations or projected
         if not samples:
             return None
@@ -259,7 +116,7 @@ class Progress:
         for r in self.running.values():
             rate = rates[id(r)]
             if rate:
-                left = rate * (r.config["epochs"] - r.epoch) - (now - r.last_epoch_at)
+                left = rate * (r.config.epochs - r.epoch) - (now - r.last_epoch_at)
             else:
                 left = mean - (now - r.started)
             left_running.append(max(left, 0.0))
@@ -280,6 +137,13 @@ def _clock(seconds: float | None) -> str:
 
 def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def rate(images_per_sec: float | None) -> str:
+    """Images/s with enough digits to tell a slow trial from a stopped one (0.042, 3.7, 1234)."""
+    if images_per_sec is None:
+        return "-"
+    return f"{images_per_sec:.0f}" if images_per_sec >= 100 else f"{images_per_sec:.3g}"
 
 
 # --- the console ------------------------------------------------------------------------------------------
@@ -375,16 +239,11 @@ class SweepView(tune.Callback):
 
     def _before(self, this_session: set[str]) -> None:
         """Trials the run ended in its earlier sessions (not run again now): counts and GPU-hours."""
-        try:
-            finished = self.plan.store.finished()
-            summaries = self.plan.store.trials()
-            hours = summaries[~summaries.trial_id.isin(this_session)].gpu_hours.fillna(0).sum() if len(summaries) else 0
-        except Exception:  # noqa: BLE001 - a fresh run (no rows yet) or a store it cannot read
-            finished, hours = {}, 0.0
+        finished = self.plan.store.finished()
         earlier = {t: s for t, s in finished.items() if t not in this_session}
-        self.progress.before_ok = sum(s in DONE for s in earlier.values())
+        self.progress.before_ok = sum(s.done for s in earlier.values())
         self.progress.before_failed = len(earlier) - self.progress.before_ok
-        self.progress.gpu_hours_before = float(hours)
+        self.progress.gpu_hours_before = self.plan.store.gpu_hours()
 
     def __getstate__(self) -> dict[str, Any]:  # Tune pickles its callbacks with the Tuner
         state = self.__dict__.copy()
@@ -397,7 +256,7 @@ class SweepView(tune.Callback):
     def __enter__(self) -> SweepView:
         out = self._out or sys.stdout
         live = live_wanted(out) if self._live is None else self._live
-        run = str(self.plan.row_base.get("run_id", ""))
+        run = str(self.plan.runtime.columns["run_id"])
         self._gauges = SweepGauges(self.sweep, run)
         if live:
             self._region = _Region(out)
@@ -448,9 +307,9 @@ class SweepView(tune.Callback):
     def render(self, now: float) -> list[str]:
         """The live view: one row per running trial, then the bar of the whole sweep."""
         p = self.progress
-        rows = [("trial", "epoch", "img/s", "val_acc", "time")]
+        rows = [("trial", "epochs done", "img/s", "val_acc", "time")]
         for r in sorted(p.running.values(), key=lambda r: r.started):
-            rows.append((r.label, f"{r.epoch}/{r.config['epochs']}", _num(r.images_per_sec, ".1f"),
+            rows.append((r.label, f"{r.epoch}/{r.config.epochs}", rate(r.images_per_sec),
                          _num(r.val_acc, ".3f"), _clock(now - r.started)))
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
         lines = []
@@ -474,40 +333,41 @@ class SweepView(tune.Callback):
 
     # Tune's callbacks
 
+    def _label(self, config: TrialConfig) -> str:
+        return config.label(self.plan.runtime.label_axes)
+
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        config = trial.config
+        config = trial_of(trial.config)
         now = time.time()
-        self.progress.running[trial_id(config["trial"])] = Running(actor_label(config), config["trial"], now)
+        self.progress.running[config.trial_id] = Running(trial.config["runtime"].label(config), config, now)
         self.progress.peak_running = max(self.progress.peak_running, len(self.progress.running))
         self._update_gauges()
         self.refresh(force=True)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-        config = trial.config["trial"]
-        r = self.progress.running.get(trial_id(config))
+        config = trial_of(trial.config)
+        r = self.progress.running.get(config.trial_id)
         if r is None or "epoch" not in result or result["epoch"] + 1 <= r.epoch:
             return  # not ours, or a repeated last result
         if r.first is None:
             r.first = result["epoch"]
         r.epoch, r.last_epoch_at = result["epoch"] + 1, time.time()
         r.images_per_sec, r.val_acc = result.get("images_per_sec"), result.get("val_acc")
-        if self._region is None:
+        if self._region is None:  # epochs count from 0, as the store's epoch column
             acc = f", val_acc {r.val_acc:.3f}" if r.val_acc is not None else ""
-            self.print(f"  {describe(config)}  epoch {r.epoch}/{config['epochs']}: "
-                       f"{r.images_per_sec:.0f} img/s, {result['epoch_time_s']:.1f} s{acc}")
+            self.print(f"  {self._label(config)}  epoch {result['epoch']} ({r.epoch} of {config.epochs} done): "
+                       f"{rate(r.images_per_sec)} img/s, {result['epoch_time_s']:.1f} s{acc}")
         self.refresh(force=True)
 
-    def ended(self, config: dict[str, Any], status: str, why: str | None = None) -> None:
+    def ended(self, config: TrialConfig, status: Status, why: str | None = None) -> None:
         """A trial's final status, as the store records it: counted, and one line that stays."""
-        tid = trial_id(config)
         now = time.time()
-        r = self.progress.running.pop(tid, None)
+        r = self.progress.leave(config.trial_id, now)
         if r is not None:
             self.progress.durations.append(now - r.started)
-            self.progress.held.append(config["num_gpus"] * (now - r.started))
-        self.progress.ended[tid] = status
+        self.progress.ended[config.trial_id] = status
         k = self.progress.before_ok + self.progress.before_failed + len(self.progress.ended)
-        line = f"[{k}/{self.plan.total}] {describe(config)}: {status}" + (f" ({why})" if why else "")
+        line = f"[{k}/{self.plan.total}] {self._label(config)}: {status.label}" + (f" ({why})" if why else "")
         if self._region is None and k < self.plan.total:
             line += f"; sweep ETA {_clock(self.progress.eta(now))}"
         self.log(line)
@@ -515,9 +375,7 @@ class SweepView(tune.Callback):
 
     def _left(self, trial: Any) -> None:
         """A trial Tune ended without a final status (stopped by Ctrl-C): it is pending again."""
-        r = self.progress.running.pop(trial_id(trial.config["trial"]), None)
-        if r is not None:
-            self.progress.held.append(r.config["num_gpus"] * (time.time() - r.started))
+        if self.progress.leave(trial_of(trial.config).trial_id, time.time()) is not None:
             self._update_gauges()
             self.refresh(force=True)
 
@@ -537,6 +395,5 @@ class SweepView(tune.Callback):
     def running_left(self) -> None:
         """At the end: trials still listed as running were stopped (Ctrl-C, abort)."""
         now = time.time()
-        for r in self.progress.running.values():
-            self.progress.held.append(r.config["num_gpus"] * (now - r.started))
-        self.progress.running.clear()
+        for tid in list(self.progress.running):
+            self.progress.leave(tid, now)

@@ -1,4 +1,5 @@
-"""Watching a sweep live (sweep/monitor.py): the console view, then a real sweep watched from outside.
+"""Watching a sweep live (sweep/console.py, sweep/dashboard.py, the trials' labels and gauges in
+sweep/trial.py): the console view, then a real sweep watched from outside.
 
 The end-to-end test runs tests/sweeps/watch_mxnet.yaml on an embedded Ray and, while its two trials
 train, asks the dashboard's REST API (with Ray's token, and without: 401), the state API (the actors'
@@ -31,11 +32,15 @@ import pytest
 from cifar_files import write_cifar10
 from conftest import ROOT, SWEEPS
 
-from sweep import monitor, spec
+from sweep import console, dashboard, spec
+from sweep.schema import Status
+from sweep.trial import TrialRuntime, labelled_trainable
+from trainables.config import TrialConfig
 
 SWEEP = str(SWEEPS / "watch_mxnet.yaml")
 TRIALS = spec.load(SWEEP).trials("smoke")
-ROW_BASE = {"sweep": "watch_mxnet", "run_id": "r1"}
+RUNTIME = TrialRuntime(run_dir="unused", data_dir=None, emulated=True, columns={"sweep": "watch_mxnet", "run_id": "r1"},
+                       label_axes=spec.varying_axes(TRIALS))
 
 
 # --- a terminal, as far as the live view uses one -----------------------------------------------------
@@ -64,25 +69,25 @@ def screen(data: str) -> list[str]:
 
 
 class FakeStore:
-    def __init__(self, finished: dict[str, str] | None = None) -> None:
+    """The two questions the view asks the store, answered for trials that ended in earlier sessions."""
+
+    def __init__(self, finished: dict[str, Status] | None = None) -> None:
         self._finished = finished or {}
 
-    def finished(self) -> dict[str, str]:
+    def finished(self) -> dict[str, Status]:
         return dict(self._finished)
 
-    def trials(self) -> Any:
-        import pandas as pd
-
-        return pd.DataFrame({"trial_id": list(self._finished), "gpu_hours": [0.5] * len(self._finished)})
+    def gpu_hours(self) -> float:
+        return 0.5 * len(self._finished)
 
 
-def plan_of(trials: list[Any], total: int | None = None, finished: dict[str, str] | None = None) -> Any:
+def plan_of(trials: list[Any], total: int | None = None, finished: dict[str, Status] | None = None) -> Any:
     return SimpleNamespace(sweep=SimpleNamespace(name="watch_mxnet"), trials=trials, total=total or len(trials),
-                           store=FakeStore(finished), row_base=ROW_BASE)
+                           store=FakeStore(finished), runtime=RUNTIME)
 
 
 def tune_trial(t: Any) -> Any:
-    return SimpleNamespace(config={"trial": t.config, "runtime": {"row_base": ROW_BASE}})
+    return SimpleNamespace(config={"trial": t.to_dict(), "runtime": RUNTIME})
 
 
 def result(epoch: int, images: float = 123.4, acc: float | None = 0.5) -> dict[str, Any]:
@@ -92,42 +97,40 @@ def result(epoch: int, images: float = 123.4, acc: float | None = 0.5) -> dict[s
 # --- units ----------------------------------------------------------------------------------------------
 
 def test_trial_actors_carry_the_trial_label_in_their_repr() -> None:
-    def train(config: dict) -> None:
-        pass
-
     t = TRIALS[0]
-    config = {"trial": t.config, "runtime": {"row_base": ROW_BASE}}
-    cls = monitor.labelled_trainable(train, lambda c: ("pg", c["trial"]["num_gpus"]))
+    config = {"trial": t.to_dict(), "runtime": RUNTIME}
+    cls = labelled_trainable(lambda c: ("pg", c["trial"]["num_gpus"]))
     # Ray records an actor's repr when the actor class itself defines __repr__.
     assert "__repr__" in cls.__dict__ and cls.__qualname__ == "SweepTrial"
     label = cls.__repr__(SimpleNamespace(config=config))
-    assert label == f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.config['batch_per_gpu']} lr=0.05"
+    assert label == f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.batch_per_gpu} lr=0.05"
     assert cls.default_resource_request(config) == ("pg", 1)
 
 
 def test_the_job_carries_the_sweep_name() -> None:
-    options = monitor.init_options("watch_mxnet")
+    options = dashboard.init_options("watch_mxnet")
     assert options["job_config"].metadata["job_name"] == "watch_mxnet"
-    assert monitor.init_options(None) == {}
+    assert dashboard.init_options(None) == {}
 
 
 def test_plain_output_is_one_line_per_epoch_and_per_ended_trial() -> None:
     lines: list[str] = []
     a, b = TRIALS
-    with monitor.SweepView(plan_of(TRIALS), lines.append, live=False) as view:
+    with console.SweepView(plan_of(TRIALS), lines.append, live=False) as view:
         view.on_trial_start(0, [], tune_trial(a))
         view.on_trial_start(0, [], tune_trial(b))
         view.on_trial_result(0, [], tune_trial(a), result(0))
         view.on_trial_result(0, [], tune_trial(a), result(0))  # Tune repeats a trial's last result
         for _ in range(20):
             view.on_step_end(0, [])
-        view.ended(a.config, "completed")
+        view.ended(a, Status.COMPLETED)
         view.on_trial_complete(0, [], tune_trial(a))
-        view.on_trial_result(0, [], tune_trial(b), result(0, 99.0, None))
-        view.ended(b.config, "failed", "ValueError: boom")
-    assert lines[0] == "  mxnet resnet8_cifar gpus=1 batch=8 lr=0.05  epoch 1/30: 123 img/s, 2.5 s, val_acc 0.500"
+        view.on_trial_result(0, [], tune_trial(b), result(0, 0.042, None))  # a slow trial is not "0 img/s"
+        view.ended(b, Status.FAILED, "ValueError: boom")
+    # Epochs count from 0, as the store's epoch column does.
+    assert lines[0] == "  mxnet resnet8_cifar gpus=1 batch=8 lr=0.05  epoch 0 (1 of 30 done): 123 img/s, 2.5 s, val_acc 0.500"
     assert lines[1].startswith("[1/2] mxnet resnet8_cifar gpus=1 batch=8 lr=0.05: completed; sweep ETA ")
-    assert lines[2] == "  mxnet resnet8_cifar gpus=1 batch=16 lr=0.05  epoch 1/30: 99 img/s, 2.5 s"
+    assert lines[2] == "  mxnet resnet8_cifar gpus=1 batch=16 lr=0.05  epoch 0 (1 of 30 done): 0.042 img/s, 2.5 s"
     assert lines[3] == "[2/2] mxnet resnet8_cifar gpus=1 batch=16 lr=0.05: failed (ValueError: boom)"
     assert len(lines) == 4
     assert view.progress.counts() == {"done": 1, "running": 0, "failed": 1, "pending": 0}
@@ -138,7 +141,7 @@ def test_live_view_redraws_one_table_in_place(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("LINES", "40")
     out = io.StringIO()
     a, b = TRIALS
-    view = monitor.SweepView(plan_of(TRIALS, total=3), out=out, live=True)
+    view = console.SweepView(plan_of(TRIALS, total=3), out=out, live=True)
     with view:
         view.on_trial_start(0, [], tune_trial(a))
         view.on_trial_start(0, [], tune_trial(b))
@@ -147,11 +150,11 @@ def test_live_view_redraws_one_table_in_place(monkeypatch: pytest.MonkeyPatch) -
             view.on_trial_result(0, [], tune_trial(b), result(epoch, 50.0))
         shown = screen(out.getvalue())
         assert len(shown) == 4, shown  # header, two trials, the bar: epochs did not scroll
-        assert shown[0].split() == ["trial", "epoch", "img/s", "val_acc", "time"]
+        assert shown[0].split() == ["trial", "epochs", "done", "img/s", "val_acc", "time"]
         row = next(line for line in shown if f"watch_mxnet-{a.trial_id}" in line)
-        assert "gpus=1 batch=8 lr=0.05" in row and " 5/30 " in row and "104.0" in row and "0.250" in row
+        assert "gpus=1 batch=8 lr=0.05" in row and " 5/30 " in row and " 104 " in row and "0.250" in row
         assert re.match(r"\[-+\] 0/3 trials  2 running  0 failed  1 pending  elapsed \d+:\d\d  ETA \d+:\d\d$", shown[-1])
-        view.ended(a.config, "completed")
+        view.ended(a, Status.COMPLETED)
         view.on_trial_complete(0, [], tune_trial(a))
     shown = screen(out.getvalue())
     assert shown[0] == "[1/3] mxnet resnet8_cifar gpus=1 batch=8 lr=0.05: completed"  # stays, above the view
@@ -168,7 +171,7 @@ def test_live_view_keeps_other_prints_above_it(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(sys, "stdout", terminal)
     monkeypatch.delenv("SWEEP_PROGRESS", raising=False)
     monkeypatch.setenv("TERM", "xterm")
-    with monitor.SweepView(plan_of(TRIALS)) as view:
+    with console.SweepView(plan_of(TRIALS)) as view:
         view.on_trial_start(0, [], tune_trial(TRIALS[0]))
         print("interrupted: stopping the running trials", flush=True)
     assert sys.stdout is terminal
@@ -176,31 +179,32 @@ def test_live_view_keeps_other_prints_above_it(monkeypatch: pytest.MonkeyPatch) 
     assert shown[0] == "interrupted: stopping the running trials"
     assert shown[-1].startswith("[---") and "0 running" in shown[-1]  # a stopped trial is pending again
     monkeypatch.setenv("SWEEP_PROGRESS", "plain")
-    assert not monitor.live_wanted(terminal)
+    assert not console.live_wanted(terminal)
 
 
 def test_eta_comes_from_measured_trial_durations() -> None:
     now = 1000.0
-    p = monitor.Progress(total=1)
+    p = console.Progress(total=1)
     assert p.eta(now) is None  # nothing measured yet
-    a = monitor.Running("a", {"epochs": 3, "num_gpus": 2}, started=now - 5, epoch=1, first=0, last_epoch_at=now - 1)
+    two, one = (TrialConfig("mxnet", "resnet8_cifar", num_gpus=n, batch_per_gpu=8, epochs=3, lr=0.1) for n in (2, 1))
+    a = console.Running("a", two, started=now - 5, epoch=1, first=0, last_epoch_at=now - 1)
     p.running["a"] = a
     assert p.eta(now) == pytest.approx(4 * 2 - 1)  # 4 s per epoch measured, 2 epochs to go, 1 s into the next
     p.total = 6
-    p.running["b"] = monitor.Running("b", {"epochs": 3, "num_gpus": 1}, started=now - 2)
-    p.ended = {"x": "completed", "y": "failed"}
+    p.running["b"] = console.Running("b", one, started=now - 2)
+    p.ended = {"x": Status.COMPLETED, "y": Status.FAILED}
     p.durations = [10.0, 20.0]
     p.peak_running = 2
     # a: 7 s left; b: the mean duration (15 s) less its 2 s; 2 pending trials of 15 s; on 2 slots.
     assert p.eta(now) == pytest.approx((7 + 13 + 2 * 15) / 2)
     assert p.counts() == {"done": 1, "running": 2, "failed": 1, "pending": 2}
-    p.gpu_hours_before, p.held = 0.5, [3600.0]
+    p.gpu_hours_before, p.held = 0.5, [1.0]
     assert p.gpu_hours(now) == pytest.approx(0.5 + 1 + (2 * 5 + 1 * 2) / 3600)
 
 
 def test_a_resumed_run_counts_the_trials_of_its_earlier_sessions() -> None:
     a, b = TRIALS
-    view = monitor.SweepView(plan_of([b], total=3, finished={a.trial_id: "completed", "zz": "oom"}), live=False)
+    view = console.SweepView(plan_of([b], total=3, finished={a.trial_id: Status.COMPLETED, "zz": Status.OOM}), live=False)
     assert view.progress.counts() == {"done": 1, "running": 0, "failed": 1, "pending": 1}
     assert view.progress.gpu_hours(0) == pytest.approx(1.0)
 
@@ -348,7 +352,7 @@ def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for key in ("RAY_ADDRESS", "SWEEP_PROGRESS"):
         env.pop(key, None)
-    labels = {t.trial_id: f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.config['batch_per_gpu']} "
+    labels = {t.trial_id: f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.batch_per_gpu} "
                           f"lr=0.05" for t in TRIALS}
     proc = subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(tmp_path / "results"),
                              "--data-dir", str(data)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -402,7 +406,7 @@ def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(
         text = poll("ray_sweep_images_per_sec for both trials", metrics, timeout=90, every=2)
         for t in TRIALS:
             want = {"sweep": "watch_mxnet", "trial": t.trial_id, "framework": "mxnet", "model": "resnet8_cifar",
-                    "num_gpus": "1", "batch": str(t.config["batch_per_gpu"])}
+                    "num_gpus": "1", "batch": str(t.batch_per_gpu)}
             for name in ("ray_sweep_images_per_sec", "ray_sweep_epoch", "ray_sweep_val_acc"):
                 assert any(want.items() <= tags.items() for tags, _ in samples(text, name)), (name, want)
         states = {tags["state"]: v for tags, v in samples(text, "ray_sweep_trials") if tags.get("sweep") == "watch_mxnet"}

@@ -1,0 +1,60 @@
+"""Every table and plot of a run, built from its rows (sweep/report/load.py) and kept in a Report."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from sweep.report import plots
+from sweep.report.figures import provenance, scaling, status_label, trial_figures
+from sweep.report.load import Run
+from sweep.report.tables import (Table, lr_scaling_table, per_run_tables, ratio_tables, throughput_table,
+                                 time_to_accuracy, time_to_accuracy_table)
+
+
+@dataclass
+class Report:
+    run: Run
+    figures: pd.DataFrame
+    scaling: pd.DataFrame
+    throughput: Table
+    ratios: list[Table]
+    per_run: list[Table]
+    lr_scaling: Table
+    time_to_accuracy: Table | None
+    target_acc: float | None
+    plots: dict[str, Figure | None]  # file stem -> figure, None where there was nothing to draw
+
+    def tables(self) -> list[Table]:
+        return [self.throughput, *self.ratios, *self.per_run, self.lr_scaling,
+                *([self.time_to_accuracy] if self.time_to_accuracy else [])]
+
+
+def build_report(run: Run, target_acc: float | None = None) -> Report:
+    """Every table and plot of a run; target_acc overrides the sweep file's."""
+    figures = trial_figures(run.trials, run.epochs)
+    source = provenance(figures, run.label)
+    long = scaling(figures)
+    target = target_acc if target_acc is not None else run.target_acc
+    tta = None
+    # A run without any accuracy (synthetic data) gets one line instead of a table of "no val_acc".
+    if target is not None and run.epochs["val_acc"].notna().any():
+        tta = time_to_accuracy_table(time_to_accuracy(figures, run.epochs, target), target, source)
+    drawn = {
+        "throughput_vs_gpus": plots.plot_throughput(long, run.emulated),
+        "efficiency_vs_gpus": plots.plot_efficiency(long, run.emulated),
+        "val_acc_vs_lr": plots.plot_val_acc_vs_lr(figures, run.emulated),
+        "learning_curves": plots.plot_learning_curves(figures, run.epochs, run.emulated),
+    }
+    return Report(run, figures, long, throughput_table(long, source), ratio_tables(long, source),
+                  per_run_tables(figures, run.label), lr_scaling_table(figures, source), tta, target, drawn)
+
+
+def summary_line(run: Run, figures: pd.DataFrame) -> str:
+    counts = figures["status"].map(status_label).value_counts()
+    text = f"{run.label}: {len(figures)} trials (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
+    unfinished = [t for t in run.meta.trials if t not in set(figures["trial_id"])]
+    if unfinished:
+        text += f"; {len(unfinished)} of run.json's trials have no summary row (not run or not finished)"
+    return text

@@ -1,0 +1,170 @@
+"""One row of figures per trial, the groups the tables key on, and where the numbers come from."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from sweep.schema import Status
+
+# Statuses whose measurements count in the tables; the others are shown by name.
+USABLE = tuple(s.value for s in Status if s.done)
+
+
+# A throughput cell: trials that differ in nothing that changes the speed of a step (lr and its
+# schedule do not). Speedup and efficiency compare against the 1-GPU cell of the same key.
+SPEED_KEY = ["framework", "model", "batch_per_gpu", "data_kind", "image_size", "kvstore", "variable_update", "cpus_per_trial"]
+# A trial group: trials that differ in the GPU count only (the linear rule's lr follows the GPUs).
+GROUP_KEY = SPEED_KEY + ["lr_setting", "warmup_epochs", "epochs", "steps_per_epoch", "val_examples",
+                         "warmup_steps", "lr_decay", "momentum", "weight_decay", "seed"]
+# What may differ between the trials one throughput cell averages: nothing that changes a step's speed.
+POOLED = ["lr_setting", "lr", "warmup_epochs", "lr_decay", "momentum", "weight_decay", "seed", "epochs",
+          "steps_per_epoch", "val_examples", "warmup_steps"]
+# Shown in a label always; the rest of a key only where the run varies it.
+ALWAYS_SHOWN = ("framework", "model", "batch_per_gpu", "data_kind", "lr_setting")
+
+HARDWARE = (("device", "device_kind"), ("GPU", "gpu_model"), ("driver", "gpu_driver"), ("CUDA", "cuda_version"),
+            ("CPU", "cpu_model"), ("CPUs", "cpu_count"), ("host", "hostname"))
+SOFTWARE = (("framework", "framework_version"), ("Python", "python_version"), ("numpy", "numpy_version"),
+            ("Ray", "ray_version"), ("OS", "os"), ("engine", "engine_version"), ("commit", "git_commit"))
+
+
+def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial: its config, status, group labels and the figures every table uses.
+
+    images_per_sec is the steady-state rate (warm-up steps excluded) from the summary row; only where a
+    trial has no post-warm-up step does it fall back to the mean whole-epoch rate (images_per_sec_source
+    says which). training_time_s is the sum of epoch times, time_per_epoch_s their mean (study 000).
+    """
+    fig = trials.copy().reset_index(drop=True)
+    fig["data_kind"] = _filled_data_kind(fig)
+    fig["lr_setting"] = [_lr_setting(r) for r in fig.itertuples()]
+    fig["lr_decay"] = [_lr_decay(r.lr_decay_epochs, r.lr_decay_factor) for r in fig.itertuples()]
+    by_trial = epochs.groupby("trial_id")
+    epoch_time_sum = by_trial["epoch_time_s"].sum(min_count=1)
+    epoch_rate_mean = by_trial["images_per_sec"].mean()
+    steady = fig["steady_images_per_sec"]
+    fallback = fig["trial_id"].map(epoch_rate_mean)
+    fig["images_per_sec"] = steady.where(steady.notna(), fallback)
+    fig["images_per_sec_source"] = ["steady" if pd.notna(s) else ("epoch" if pd.notna(f) else None)
+                                    for s, f in zip(steady, fallback)]
+    fig["training_time_s"] = fig["trial_id"].map(epoch_time_sum)
+    fig["time_per_epoch_s"] = fig["mean_epoch_time_s"]
+    fig["train_acc"] = fig["final_train_acc"]
+    fig["val_acc"] = fig["final_val_acc"]
+    # Study 000's "maximum memory" is nvidia-smi's, summed over the GPUs of the run.
+    fig["device_mem_mib"] = [sum(m) if m is not None and len(m) else math.nan for m in fig["peak_device_mem_mib"]]
+    fig = fig.sort_values(["framework", "model", "batch_per_gpu", "data_kind", "lr_setting", "num_gpus", "lr"],
+                          kind="stable").reset_index(drop=True)
+    fig["speed_group"] = group_labels(fig, SPEED_KEY)
+    fig["trial_group"] = group_labels(fig, GROUP_KEY)
+    return fig
+
+
+FALLBACK = "synthetic (no CIFAR-10)"  # a trial that asked for cifar10 and ran on synthetic data
+
+
+def _filled_data_kind(trials: pd.DataFrame) -> pd.Series:
+    """What a trial trained on: real, synthetic, or synthetic in place of the CIFAR-10 it asked for (a
+    smoke run without the data), which is never pooled with either. A trial with no epoch (infeasible)
+    has no data_kind of its own: it gets the run's for the same data setting, else the setting's."""
+    known = trials.dropna(subset=["data_kind"]).groupby("data")["data_kind"].first().to_dict()
+    kinds = [kind if isinstance(kind, str) else known.get(data, "synthetic" if data == "synthetic" else "real")
+             for kind, data in zip(trials["data_kind"], trials["data"])]
+    return pd.Series([FALLBACK if kind == "synthetic" and data == "cifar10" else kind
+                      for kind, data in zip(kinds, trials["data"])], index=trials.index, dtype=object)
+
+
+def _lr_setting(row: Any) -> str:
+    if row.lr_rule == "linear":
+        return f"linear lr {row.base_lr:g} x batch/{int(row.base_batch)}"
+    return f"lr {row.lr:g}"
+
+
+def _lr_decay(decay_epochs: Any, factor: float) -> str:
+    epochs = [] if decay_epochs is None else list(decay_epochs)
+    return f"x{factor:g} at {','.join(map(str, epochs))}" if epochs else "none"
+
+
+def _varying(frame: pd.DataFrame, columns: list[str]) -> list[str]:
+    return [c for c in columns if c in frame and frame[c].astype(str).nunique() > 1]
+
+
+def group_labels(frame: pd.DataFrame, key: list[str], exclude: tuple[str, ...] = ()) -> pd.Series:
+    """A readable label per row naming its key: the fixed parts always, the rest only where they vary."""
+    varying = set(_varying(frame, key))
+    shown = [c for c in key if c not in exclude and (c in ALWAYS_SHOWN or c in varying)]
+    return frame.apply(lambda row: " ".join(_key_part(c, row[c]) for c in shown), axis=1).astype(str)
+
+
+def _key_part(column: str, value: Any) -> str:
+    if column in ("framework", "model", "data_kind", "lr_setting"):
+        return str(value)
+    if column == "batch_per_gpu":
+        return f"b{int(value)}/GPU"
+    if pd.isna(value):
+        return f"{column}=default"
+    return f"{column}={value:g}" if isinstance(value, float) else f"{column}={value}"
+
+
+def batch_label(batch_per_gpu: int, num_gpus: int) -> str:
+    """Study 001's spelling of a batch: per GPU x GPUs = global."""
+    return f"{batch_per_gpu}x{num_gpus}={batch_per_gpu * num_gpus}"
+
+
+def status_label(status: str) -> str:
+    return Status(status).label
+
+
+def provenance(rows: pd.DataFrame, run_label: str) -> str:
+    """Where a table's numbers come from: the run, and the hardware and software its rows name."""
+    def values(column: str) -> str:
+        if column not in rows:
+            return ""
+        seen = [str(v) for v in rows[column].dropna().unique() if str(v) != ""]
+        return ", ".join(seen)
+
+    def part(pairs: tuple[tuple[str, str], ...]) -> str:
+        return "; ".join(f"{name} {values(col)}" for name, col in pairs if values(col)) or "not recorded"
+
+    return (f"Source: run {run_label} ({len(rows)} trials). Hardware: {part(HARDWARE)}. "
+            f"Software: {part(SOFTWARE)}.")
+
+
+
+def scaling(figures: pd.DataFrame) -> pd.DataFrame:
+    """Images/s, speedup and efficiency per speed group and GPU count (long form).
+
+    images/s of a cell is the mean over its usable trials: several where they differ only in settings
+    that do not change a step's speed (lr, its schedule, the seed: `pooled` names which). speedup(n) =
+    images/s(n) / images/s(1) within the group, efficiency = speedup / n. Where the group has no usable
+    1-GPU trial, speedup and efficiency stay empty and `baseline` says why.
+    """
+    rows = []
+    for group, trials in figures.groupby("speed_group", sort=False):
+        usable = trials[trials["status"].isin(USABLE) & trials["images_per_sec"].notna()]
+        one = trials[trials["num_gpus"] == 1]
+        base = usable.loc[usable["num_gpus"] == 1, "images_per_sec"].mean()
+        if pd.notna(base):
+            baseline = "ok"
+        elif one.empty:
+            baseline = "no 1-GPU trial"
+        else:
+            baseline = "1-GPU trial " + "/".join(sorted({status_label(s) for s in one["status"]}))
+        for num_gpus, cell in trials.groupby("num_gpus"):
+            ok = cell[cell.index.isin(usable.index)]
+            rate = ok["images_per_sec"].mean() if len(ok) else math.nan
+            speedup = rate / base if pd.notna(rate) and pd.notna(base) else math.nan
+            rows.append({
+                "speed_group": group, **{k: cell.iloc[0][k] for k in SPEED_KEY},
+                "num_gpus": int(num_gpus), "trials": len(ok),
+                "status": "ok" if len(ok) else "/".join(sorted({status_label(s) for s in cell["status"]})),
+                "images_per_sec": rate,
+                "images_per_sec_source": "/".join(sorted(set(ok["images_per_sec_source"].dropna()))) or None,
+                "speedup": speedup, "efficiency": speedup / num_gpus if pd.notna(speedup) else math.nan,
+                "baseline": baseline,
+                "pooled": ", ".join(c for c in POOLED if ok[c].astype(str).nunique() > 1),
+            })
+    return pd.DataFrame(rows)
+

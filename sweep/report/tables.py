@@ -1,0 +1,215 @@
+"""The studies' tables, each a function of the per-trial figures (sweep/report/figures.py)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from sweep.report.figures import SPEED_KEY, USABLE, batch_label, group_labels, provenance, status_label
+
+NO_TRIAL = "-"
+RATIO_AXES = ("data_kind", "batch_per_gpu", "framework", "model")
+
+@dataclass
+class Table:
+    """A report table. Cells hold numbers, or a text saying why there is no number."""
+    name: str  # file stem of its CSV
+    title: str
+    frame: pd.DataFrame
+    units: dict[str, str] = field(default_factory=dict)  # row label (first index level) or column -> unit
+    default_unit: str = ""
+    notes: list[str] = field(default_factory=list)
+    source: str = ""
+
+    def unit(self, row: Any, column: Any) -> str:
+        first = row[0] if isinstance(row, tuple) else row
+        return self.units.get(str(first)) or self.units.get(str(column)) or self.default_unit
+
+
+def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
+    """Study 004: rows images/s, speedup, efficiency for each GPU count; a column per speed group."""
+    gpu_counts = sorted(long["num_gpus"].unique())
+    groups = list(dict.fromkeys(long["speed_group"]))
+    index = pd.MultiIndex.from_tuples([(m, int(n)) for m in ("images/s", "speedup", "efficiency") for n in gpu_counts],
+                                      names=["", "GPUs"])
+    frame = pd.DataFrame(NO_TRIAL, index=index, columns=groups, dtype=object)
+    cells = long.set_index(["speed_group", "num_gpus"])
+    for (group, num_gpus), cell in cells.iterrows():
+        frame.loc[("images/s", num_gpus), group] = cell["images_per_sec"] if cell["trials"] else cell["status"]
+        for metric in ("speedup", "efficiency"):
+            if not cell["trials"]:
+                value = cell["status"]
+            elif cell["baseline"] != "ok":
+                value = f"n/a ({cell['baseline']})"
+            else:
+                value = cell[metric]
+            frame.loc[(metric, num_gpus), group] = value
+    notes = ["images/s: steady state (tf_cnn_benchmarks style: warm-up steps excluded), all GPUs of a trial together; "
+             "speedup(n) = images/s(n) / images/s(1) of the same framework, model, batch per GPU and data; "
+             "efficiency = speedup / n."]
+    for group, baseline in long.groupby("speed_group", sort=False)["baseline"].first().items():
+        if baseline != "ok":
+            notes.append(f"{group}: {baseline}, so no speedup or efficiency (no baseline is invented).")
+    for pooled, cells in long[long["trials"] > 1].groupby("pooled", sort=False):
+        notes.append(f"In {len(cells)} cell(s) several trials differ only in {pooled or 'nothing recorded'}: "
+                     "images/s is their mean.")
+    whole_epoch = long[long["images_per_sec_source"].fillna("").str.contains("epoch")]
+    for row in whole_epoch.itertuples():
+        notes.append(f"{row.speed_group}, {row.num_gpus} GPUs: no step after warm-up, images/s is the whole-epoch rate.")
+    return Table("throughput", "Throughput, speedup and efficiency (study 004)", frame,
+                 units={"images/s": "img/s", "speedup": "x", "efficiency": "%"}, notes=notes, source=source)
+
+
+def ratio_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
+    """Study 004's lower half: images/s of one value of an axis over another's, other keys equal, per GPUs.
+
+    Axes: data (synthetic vs real), batch per GPU (each vs the smallest), framework and model (each vs
+    the first in name order). A median column as in the study.
+    """
+    usable = long[long["images_per_sec"].notna()].copy()
+    tables = []
+    for axis in RATIO_AXES:
+        values = sorted(usable[axis].dropna().unique())
+        if len(values) < 2:
+            continue
+        usable["other"] = group_labels(usable, SPEED_KEY, exclude=(axis,))
+        base = values[0]  # real before synthetic, the smallest batch, the first name
+        denominator = usable[usable[axis] == base].set_index(["num_gpus", "other"])["images_per_sec"]
+        for value in values[1:]:
+            numerator = usable[usable[axis] == value].set_index(["num_gpus", "other"])["images_per_sec"]
+            ratio = (numerator / denominator).dropna()
+            title = f"Speedup from {_axis_value(axis, value)} vs. {_axis_value(axis, base)}"
+            if ratio.empty:
+                frame = pd.DataFrame(columns=["median"], dtype=object)
+                notes = ["no pair of cells with both values and every other key equal"]
+            else:
+                frame = ratio.unstack("other").astype(object)
+                frame.index.name = "GPUs"
+                frame["median"] = ratio.groupby(level="num_gpus").median()
+                notes = [f"images/s of {_axis_value(axis, value)} / images/s of {_axis_value(axis, base)}, "
+                         "same GPU count and every other key equal."]
+            name = f"ratio_{axis}_{value}_vs_{base}".replace("/", "-").replace(" ", "_")
+            tables.append(Table(name, title, frame, default_unit="x", notes=notes, source=source))
+    return tables
+
+
+def _axis_value(axis: str, value: Any) -> str:
+    return {"data_kind": f"{value} data", "batch_per_gpu": f"batch {value}/GPU"}.get(axis, str(value))
+
+
+PER_RUN_ROWS = (  # study 000's rows: label, figures column, unit
+    ("Training time (s)", "training_time_s", "s"),
+    ("Average time per epoch (s)", "time_per_epoch_s", "s"),
+    ("Images processed per sec", "images_per_sec", "img/s"),
+    ("Training accuracy", "train_acc", "acc"),
+    ("Test accuracy", "val_acc", "acc"),
+    ("Maximum device memory, all GPUs (MiB)", "device_mem_mib", "MiB"),
+    ("Peak host RSS (MiB)", "peak_host_rss_mib", "MiB"),
+)
+
+
+def per_run_tables(figures: pd.DataFrame, run_label: str) -> list[Table]:
+    """Study 000: one table per trial group, a row per measure and a column per GPU count."""
+    tables = []
+    for group, trials in figures.groupby("trial_group", sort=False):
+        trials = trials.sort_values("num_gpus")
+        repeated = trials["num_gpus"].duplicated(keep=False)  # only if a config column is unknown here
+        columns = [f"GPU ({n}) {tid}" if twice else f"GPU ({n})"
+                   for n, tid, twice in zip(trials["num_gpus"], trials["trial_id"], repeated)]
+        frame = pd.DataFrame(index=[label for label, _, _ in PER_RUN_ROWS], columns=columns, dtype=object)
+        for column, (_, trial) in zip(columns, trials.iterrows()):
+            usable = trial["status"] in USABLE
+            for label, key, _ in PER_RUN_ROWS:
+                frame.loc[label, column] = trial[key] if usable else status_label(trial["status"])
+        notes = []
+        if (trials["data_kind"] == "synthetic").any():
+            notes.append("Accuracy n/a: synthetic data has no labels worth scoring.")
+        if trials["device_mem_mib"].isna().all():
+            notes.append("Device memory n/a: no device counter (CPU-emulated devices, or none recorded).")
+        notes.append("Training time: sum of epoch times (evaluation excluded); images/s: steady state.")
+        tables.append(Table("per_run", group, frame, units={label: unit for label, _, unit in PER_RUN_ROWS},
+                            notes=notes, source=provenance(trials, run_label)))
+    return tables
+
+
+LR_INDEX = ["framework", "model", "data", "batch size", "GPUs", "lr", "lr rule", "trial"]
+
+
+def lr_scaling_table(figures: pd.DataFrame, source: str = "") -> Table:
+    """Study 001: one row per trial (batch per GPU x GPUs, lr); failed, diverged, OOM and infeasible named."""
+    order = figures.sort_values(["framework", "model", "data_kind", "batch_per_gpu", "num_gpus", "lr"], kind="stable")
+    index, rows = [], []
+    for _, t in order.iterrows():
+        rule = t["lr_rule"] + (f", warm-up {int(t['warmup_epochs'])} ep" if t["warmup_epochs"] else "")
+        index.append((t["framework"], t["model"], t["data_kind"], batch_label(int(t["batch_per_gpu"]), int(t["num_gpus"])),
+                      int(t["num_gpus"]), float(t["lr"]), rule, t["trial_id"]))
+        usable = t["status"] in USABLE
+        label = status_label(t["status"])
+
+        def measured(value: Any) -> Any:
+            return value if pd.notna(value) else (math.nan if usable else label)
+
+        rows.append({
+            "Accuracy (validation)": t["val_acc"] if usable else label,
+            "Epochs": int(t["epochs_done"]) if pd.notna(t["epochs_done"]) else 0,
+            "Training time (s/epoch)": measured(t["time_per_epoch_s"]),
+            "Throughput (samples/s)": measured(t["images_per_sec"]),
+            "Status": label,
+        })
+    frame = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=LR_INDEX), dtype=object)
+    notes = ["Accuracy: validation accuracy after the last epoch; samples/s: steady state, all GPUs together."]
+    if (figures["data_kind"] == "synthetic").any():
+        notes.append("n/a accuracy: synthetic data.")
+    return Table("lr_scaling", "LR scaling: accuracy, time per epoch and throughput per trial (study 001)", frame,
+                 units={"Accuracy (validation)": "acc", "Epochs": "int", "Training time (s/epoch)": "s",
+                        "Throughput (samples/s)": "img/s", "lr": "lr"}, notes=notes, source=source)
+
+
+def time_to_accuracy(figures: pd.DataFrame, epochs: pd.DataFrame, target: float) -> pd.DataFrame:
+    """DAWNBench's rule per trial: training time until val_acc first reaches the target.
+
+    wall_time_s is the sum of epoch times up to and including that epoch; gpu_hours = wall x GPUs / 3600.
+    """
+    rows = []
+    for _, trial in figures.iterrows():
+        mine = epochs[epochs["trial_id"] == trial["trial_id"]].sort_values("epoch")
+        reached = mine[mine["val_acc"] >= target]
+        row = {"trial_id": trial["trial_id"], "trial_group": trial["trial_group"], "num_gpus": int(trial["num_gpus"]),
+               "target_acc": target, "epoch": math.nan, "wall_time_s": math.nan, "gpu_hours": math.nan,
+               "best_val_acc": mine["val_acc"].max() if len(mine) else math.nan}
+        if mine.empty:
+            row["note"] = f"no epochs ({status_label(trial['status'])})"
+        elif mine["val_acc"].isna().all():
+            row["note"] = "no val_acc (synthetic data)" if trial["data_kind"] == "synthetic" else "no val_acc"
+        elif reached.empty:
+            row["note"] = "not reached"
+        else:
+            first = int(reached["epoch"].iloc[0])
+            wall = float(mine.loc[mine["epoch"] <= first, "epoch_time_s"].sum())
+            row.update(epoch=first + 1, wall_time_s=wall, gpu_hours=wall * trial["num_gpus"] / 3600.0, note="reached")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def time_to_accuracy_table(tta: pd.DataFrame, target: float, source: str = "") -> Table:
+    index, rows = [], []
+    for _, r in tta.iterrows():
+        index.append((r["trial_group"], r["num_gpus"], r["trial_id"]))
+        if r["note"] == "reached":
+            figures = [r["epoch"], r["wall_time_s"], r["gpu_hours"]]
+        elif r["note"] == "not reached":
+            figures = ["not reached"] * 3
+        else:  # nothing to measure: say why once
+            figures = [r["note"], NO_TRIAL, NO_TRIAL]
+        rows.append({"Epochs to target": figures[0], "Wall time (s)": figures[1], "GPU-hours": figures[2],
+                     "Best val acc": r["best_val_acc"]})
+    frame = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["trial group", "GPUs", "trial"]),
+                         dtype=object)
+    notes = [f"Target: validation accuracy >= {target:g}. Wall time: training epochs up to the first that reaches it "
+             "(evaluation excluded); GPU-hours = wall time x GPUs / 3600."]
+    return Table("time_to_accuracy", f"Time to accuracy {target:g} (study 003, DAWNBench)", frame,
+                 units={"Epochs to target": "int", "Wall time (s)": "s", "GPU-hours": "h", "Best val acc": "acc"},
+                 notes=notes, source=source)
+

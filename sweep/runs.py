@@ -1,0 +1,118 @@
+"""Runs in the store as the commands see them: where results live, a run's state, `status`. Driver-side.
+
+`run` (sweep/launch.py) resumes from here, `status` prints from here, and `report` finds its runs
+through `results_location`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import dataclass
+
+from sweep import location, spec, store
+from sweep.errors import UsageError
+from sweep.location import Location
+from sweep.schema import Status
+from sweep.store import RunMeta, RunStore
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the store says of a run: its run.json and the final status of every trial that ended."""
+
+    run_dir: Location
+    meta: RunMeta
+    finished: dict[str, Status]
+
+    def pending(self, retry_failed: bool) -> list[str]:
+        """The trials a resume runs: those without a summary row (and with retry_failed, the retryable ones)."""
+        return [t for t in self.meta.trials
+                if t not in self.finished or (retry_failed and self.finished[t].retryable)]
+
+    @property
+    def unfinished(self) -> bool:
+        return bool(self.pending(retry_failed=False))
+
+    @property
+    def driver(self) -> int | None:
+        """The pid of a driver on this host that is running the run now; None if none is (or it runs elsewhere)."""
+        import psutil
+
+        last = self.meta.sessions[-1] if self.meta.sessions else None
+        if last is None or last.host != socket.gethostname() or last.pid == os.getpid():
+            return None
+        try:
+            process = psutil.Process(last.pid)
+            # Not a later process that got the pid again: started before the session, and ours.
+            ours = process.create_time() <= last.started_at and any("sweep" in a for a in process.cmdline())
+            return last.pid if ours and process.status() != psutil.STATUS_ZOMBIE else None
+        except psutil.Error:
+            return None
+
+
+def read_run(run_dir: Location) -> RunState:
+    run = RunStore(run_dir)
+    return RunState(run_dir, run.meta, run.finished())
+
+
+def latest_unfinished(results: Location, sweep_name: str) -> RunState | None:
+    for run_dir in reversed(store.run_dirs(results, sweep_name)):
+        state = read_run(run_dir)
+        if state.unfinished:
+            return state
+    return None
+
+
+def results_location(text: str) -> Location:
+    """--results: a folder, or a pyarrow filesystem URI every node reaches (s3://bucket/prefix)."""
+    try:
+        results = location.at(text)
+    except ValueError as e:
+        raise UsageError(f"--results {e}") from None
+    reach(results, text, write=False)
+    return results
+
+
+def reach(results: Location, text: str, write: bool) -> None:
+    """A store the command cannot read (a run: write) fails here in one line, not in a traceback later."""
+    try:
+        location.check(results, write)
+    except OSError as e:
+        doing = "write" if write else "read"
+        raise UsageError(f"--results {text}: cannot {doing} results there ({location.reason(e)})") from None
+
+
+def resume_command(sweep: str, run_id: str, results: str) -> str:
+    """The command that continues a run (what `run` and `status` print)."""
+    where = f" --results {results}" if results != "results" else ""
+    return f"python -m sweep {sweep} --resume {run_id}{where}"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """`python -m sweep status NAME`: the latest run's trials by state, its GPU-hours, how to continue it."""
+    sweep = spec.load(args.sweep)
+    results = results_location(args.results)
+    runs = store.run_dirs(results, sweep.name)
+    if not runs:
+        raise UsageError(f"no run of {sweep.name} under {results}")
+    state = read_run(runs[-1])
+    run = RunStore(state.run_dir)
+    counts = {"done": 0, "running or interrupted": 0, "failed": 0, "pending": 0}
+    for tid in state.meta.trials:
+        status = state.finished.get(tid)
+        if status is not None:
+            counts["done" if status.done else "failed"] += 1
+        elif run.attempts(tid):
+            counts["running or interrupted"] += 1
+        else:
+            counts["pending"] += 1
+    meta = state.meta
+    print(f"{sweep.name} run {meta.run_id} ({meta.scale} scale, {len(meta.trials)} trials): "
+          + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    print(f"GPU-hours used: {run.gpu_hours():.4f}")
+    if state.unfinished and (pid := state.driver):
+        print(f"running now: driver pid {pid} on this host")
+    elif state.unfinished:
+        print("resume with: " + resume_command(args.sweep, meta.run_id, args.results))
+    return 0

@@ -1,0 +1,86 @@
+"""What a row of the store holds: the Parquet columns of epoch and summary rows, and a trial's status.
+
+Epoch rows are written by the trials (one per trial and epoch), summary rows by the driver (one per
+trial); sweep/store.py reads and writes them. Every TrialConfig field is a column of both.
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+
+import pyarrow as pa
+
+from trainables.config import field_names
+
+
+class Status(StrEnum):
+    """A trial's status. An epoch row says `running` until its trial ends; then every row of the trial
+    and its summary row carry the final status."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    STOPPED_EARLY = "stopped_early"  # ASHA ended a healthy trial before its last epoch
+    FAILED = "failed"
+    OOM = "oom"
+    DIVERGED = "diverged"  # the training loss turned non-finite: a result, not a fault
+    INFEASIBLE = "infeasible"  # fits no node of the cluster
+
+    @property
+    def done(self) -> bool:
+        """An ended trial whose measurements count (the others count as failed)."""
+        return self in (Status.COMPLETED, Status.STOPPED_EARLY)
+
+    @property
+    def retryable(self) -> bool:
+        """Run again by `--resume --retry-failed`; a diverged trial is not: the same seed diverges the same way."""
+        return self in (Status.FAILED, Status.OOM, Status.INFEASIBLE)
+
+    @property
+    def label(self) -> str:
+        """The status as tables and console lines name it."""
+        return {Status.OOM: "OOM", Status.STOPPED_EARLY: "stopped early"}.get(self, self.value)
+
+
+CONFIG_COLUMNS: dict[str, pa.DataType] = {
+    "framework": pa.string(), "model": pa.string(), "num_gpus": pa.int64(), "batch_per_gpu": pa.int64(),
+    "global_batch": pa.int64(), "epochs": pa.int64(), "lr": pa.float64(), "lr_rule": pa.string(),
+    "base_lr": pa.float64(), "base_batch": pa.int64(), "warmup_epochs": pa.int64(),
+    "lr_decay_epochs": pa.list_(pa.int64()), "lr_decay_factor": pa.float64(), "momentum": pa.float64(),
+    "weight_decay": pa.float64(), "data": pa.string(), "image_size": pa.int64(),
+    "steps_per_epoch": pa.int64(), "val_examples": pa.int64(), "warmup_steps": pa.int64(), "seed": pa.int64(),
+    "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
+    "variable_update": pa.string(),
+}
+assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
+ENV_COLUMNS: dict[str, pa.DataType] = {
+    "hostname": pa.string(), "device_kind": pa.string(), "gpu_model": pa.string(), "gpu_count": pa.int64(),
+    "gpu_driver": pa.string(), "cuda_version": pa.string(), "cudnn_version": pa.string(),
+    "cpu_model": pa.string(), "cpu_count": pa.int64(),
+    "framework_version": pa.string(), "python_version": pa.string(), "numpy_version": pa.string(),
+    "os": pa.string(), "ray_version": pa.string(), "engine_version": pa.string(), "git_commit": pa.string(),
+}
+EPOCH_SCHEMA = pa.schema({
+    "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "epoch": pa.int64(),
+    "status": pa.string(), "scale": pa.string(),
+    **CONFIG_COLUMNS,
+    "data_kind": pa.string(), "lr_applied": pa.float64(), "steps": pa.int64(),
+    "epoch_time_s": pa.float64(), "val_time_s": pa.float64(), "images_per_sec": pa.float64(),
+    "steady_images_per_sec": pa.float64(), "steady_images_per_sec_stderr": pa.float64(),
+    "steady_jitter": pa.float64(), "steady_steps": pa.int64(),
+    "train_loss": pa.float64(), "train_acc": pa.float64(), "val_acc": pa.float64(),
+    "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
+    "param_count": pa.int64(), "threads": pa.int64(), "ray_gpu_ids": pa.string(), "ray_node_id": pa.string(), "pid": pa.int64(),
+    "attempt": pa.int64(), "reported_at": pa.float64(),
+    **ENV_COLUMNS,
+})
+TRIAL_SCHEMA = pa.schema({
+    "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "status": pa.string(),
+    "scale": pa.string(),
+    **CONFIG_COLUMNS,
+    "data_kind": pa.string(), "error_type": pa.string(), "error": pa.string(),
+    "started_at": pa.float64(), "ended_at": pa.float64(), "wall_time_s": pa.float64(),
+    "attempts": pa.int64(), "gpu_hours": pa.float64(), "epochs_done": pa.int64(),
+    "best_val_acc": pa.float64(), "final_val_acc": pa.float64(), "final_train_acc": pa.float64(),
+    "steady_images_per_sec": pa.float64(), "mean_epoch_time_s": pa.float64(),
+    "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
+    **ENV_COLUMNS,
+})
