@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dashboard-host", default="127.0.0.1", help="where the embedded Ray's dashboard listens")
     run.add_argument("--skip-infeasible", action="store_true",
                      help="record trials that fit no node as infeasible and run the rest (default: stop, exit 2)")
+    run.add_argument("--env", action="append", default=[], metavar="FRAMEWORK=PYTHON",
+                     help="run a framework's trials in another environment: its interpreter (mxnet=/opt/mx/bin/python), "
+                          "or a YAML mapping as in a sweep file's environments: (mxnet={image_uri: IMAGE}); "
+                          "overrides the sweep file's, may be given per framework")
     run.add_argument("--max-failures", type=int, default=0, metavar="N",
                      help="retry a trial whose worker or node was lost up to N times, from its last checkpoint")
     run.add_argument("--resume", nargs="?", const="latest", metavar="RUN_ID",

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep import spec, store
+from sweep import environments, spec, store
+from sweep.environments import Environment
 from sweep.errors import UsageError
 from sweep.location import Location
 from sweep.runs import RunState, latest_unfinished, reach, read_run, results_location, resume_command
@@ -26,6 +27,7 @@ from sweep.schema import Status
 from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
 from trainables.config import TrialConfig
+from trainables.probe import FrameworkCheck
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -45,6 +47,7 @@ class Launch:
     emulated: bool | None  # None: a joined cluster, where each node tells for itself
     nodes: int  # Ray nodes of an embedded Ray (1 unless trials span nodes)
     gpus_per_node: int  # GPUs each of them gets: the real ones, or as many emulated
+    environments: dict[str, Environment]  # framework -> where its trials run (sweep file, then --env)
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -75,6 +78,7 @@ def prepare(args: argparse.Namespace) -> Launch:
         sweep = _as_started(args, sweep, resumed)
     else:
         _note_unfinished(args, sweep, results)
+    envs = environments.chosen(sweep.environments, args.env)
 
     real_gpus = 0 if address else environment.real_gpu_count()
     emulated: bool | None = None if address else (bool(args.emulate_gpus) or real_gpus == 0)
@@ -93,7 +97,8 @@ def prepare(args: argparse.Namespace) -> Launch:
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
     data_dir = _data_dir(args, sweep, trials, scale, resumed)
     reach(results, args.results, write=True)  # after every other check, before Ray starts
-    return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node)
+    return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node,
+                  envs)
 
 
 def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) -> RunState:
@@ -180,7 +185,7 @@ def _git_commit() -> str | None:
     return (out.stdout.strip() + ("-dirty" if dirty else "")) if out.returncode == 0 else None
 
 
-def _session(command: str, address: str | None) -> Session:
+def _session(command: str, address: str | None, envs: dict[str, Environment], found: list[FrameworkCheck]) -> Session:
     """This start of the driver, with the engine that runs it (every row of the session names it too)."""
     from importlib.metadata import version
 
@@ -188,7 +193,7 @@ def _session(command: str, address: str | None) -> Session:
 
     return Session(command=command, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                    address=address, engine_version=version("sweep"), git_commit=_git_commit(),
-                   ray_version=ray.__version__)
+                   ray_version=ray.__version__, environments=envs, checks=found)
 
 
 def _open_run(launch: Launch, session: Session) -> RunStore:
@@ -212,21 +217,25 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
 
 
 def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -> int:
-    from sweep import cluster as ray_cluster
-    from sweep import dashboard, packing, runner
+    from sweep import checks, dashboard, packing, runner
     from sweep.trial import TrialRuntime
 
     for line in dashboard.banner(cluster):  # dashboard URL, where its token is, metrics endpoint
         print(line)
     trials = launch.trials
-    bad = ray_cluster.infeasible({t.trial_id: (t.cpus_per_trial, t.gpus_per_node, t.nodes) for t in trials},
-                                 cluster.nodes)
+    # Each framework on each node, in its environment, before any trial: where it can run at all.
+    started = time.time()
+    found = checks.run(cluster.nodes, sorted({t.framework for t in trials}), launch.environments,
+                       environments.code_root(), launch.emulated)
+    if found:
+        print(checks.table(found, launch.environments, time.time() - started))
+    bad = checks.unplaceable(trials, cluster.nodes, found)
     if bad:  # Ray would leave these pending for ever, without a word: say so before anything runs
-        print(_infeasible_table([t for t in trials if t.trial_id in bad], cluster.nodes))
+        print(_infeasible_table([t for t in trials if t.trial_id in bad], cluster.nodes, bad))
         if not args.skip_infeasible:
             raise UsageError(f"{len(bad)} of {len(trials)} trials fit no node of the cluster (table above); "
                              "--skip-infeasible records them as infeasible and runs the rest")
-    session = _session(command, args.address)
+    session = _session(command, args.address, launch.environments, found)
     run = _open_run(launch, session)
     meta = run.meta
     columns = {"engine_version": session.engine_version, "git_commit": session.git_commit,
@@ -244,7 +253,9 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
         bound = packing.lower_bound(trials, seconds, cluster.total_gpus)
         print(f"trial order: {how}, estimated makespan {makespan / bound:.2f} x the lower bound")
     runtime = TrialRuntime(run_dir=str(run.dir), data_dir=launch.data_dir, emulated=launch.emulated,
-                           columns=columns, label_axes=spec.varying_axes(launch.all_trials))
+                           columns=columns, label_axes=spec.varying_axes(launch.all_trials),
+                           environments=launch.environments, code_root=environments.code_root(),
+                           placement=checks.placement(found))
     plan = runner.RunPlan(sweep=launch.sweep, trials=trials, total=len(launch.all_trials), store=run,
                           runtime=runtime, max_concurrent=args.max_concurrent, max_failures=args.max_failures,
                           session=len(meta.sessions))
@@ -261,11 +272,11 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
     return 1 if not_ok or pending else 0
 
 
-def _infeasible_table(trials: list[TrialConfig], nodes: list[Any]) -> str:
+def _infeasible_table(trials: list[TrialConfig], nodes: list[Any], why: dict[str, str]) -> str:
     largest = max(((n.gpus, n.cpus) for n in nodes), default=(0, 0))
     lines = [f"{len(trials)} trials fit no node (the cluster has {len(nodes)} nodes; the largest has "
              f"{largest[0]:g} GPUs, {largest[1]:g} CPUs):",
-             "  trial_id    framework   model           nodes  GPUs/node  CPUs/node"]
+             "  trial_id    framework   model           nodes  GPUs/node  CPUs/node  why"]
     lines += [f"  {t.trial_id}  {t.framework:<10}  {t.model:<14}  {t.nodes:>5}  "
-              f"{t.gpus_per_node:>9}  {t.cpus_per_trial:>9}" for t in trials]
+              f"{t.gpus_per_node:>9}  {t.cpus_per_trial:>9}  {why[t.trial_id]}" for t in trials]
     return "\n".join(lines)

@@ -22,13 +22,14 @@ os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
 
 from ray import tune  # noqa: E402
 
-from sweep import location  # noqa: E402
+from sweep import checks, location  # noqa: E402
 from sweep.console import SweepView  # noqa: E402
 from sweep.schema import Status  # noqa: E402
 from sweep.spec import Sweep  # noqa: E402
 from sweep.store import RunStore, gpu_hours, summarize  # noqa: E402
 from sweep.trial import TrialRuntime, labelled_trainable, trial_of  # noqa: E402
 from trainables.config import TrialConfig  # noqa: E402
+from trainables.failure import TrialError, trial_error  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ class Interrupt(tune.Stopper):
         return self.fired
 
 
-def _error_of(trial: Any) -> tuple[str, str]:
-    """The exception's type and first line, unwrapped from Ray's task error.
+def _error_of(trial: Any) -> TrialError:
+    """The trial's error as its process recorded it (sweep/trial.py: a TrialError), unwrapped from Ray's task error.
 
     Read from the trial's local error files: Tune's get_error() reads its storage copy, which is
     synced later than the callback runs.
@@ -92,18 +93,25 @@ def _error_of(trial: Any) -> tuple[str, str]:
 
     err: BaseException | None = None
     if trial.pickled_error_file and os.path.exists(trial.pickled_error_file):
-        with open(trial.pickled_error_file, "rb") as f:
-            err = cloudpickle.load(f)
+        try:
+            with open(trial.pickled_error_file, "rb") as f:
+                err = cloudpickle.load(f)
+        except Exception:  # noqa: BLE001 - an error that does not unpickle here is read from its text
+            err = None
     if err is None:
         text = Path(trial.error_file).read_text() if trial.error_file and os.path.exists(trial.error_file) else ""
-        return "TrialError", (text.strip().splitlines() or ["unknown error"])[-1][:500]
-    cause = getattr(err, "cause", None) or err
-    message = [line for line in str(cause).strip().splitlines() if line.strip()]
-    return type(cause).__name__, message[0][:500] if message else ""
+        return TrialError("TrialError", (text.strip().splitlines() or ["unknown error"])[-1][:500], "")
+    return trial_error(getattr(err, "cause", None) or err)
+
+
+OOM_TYPES = ("ResourceExhaustedError", "MemoryError", "OutOfMemoryError")  # TensorFlow, Python, Ray's memory monitor
+# CUDA's and XLA's words (MXNet on a GPU: "cudaMalloc retry failed: out of memory"), MXNet's on the CPU
+# ("Failed to allocate CPU Memory").
+OOM_WORDS = ("out of memory", "failed to allocate")
 
 
 def _failure_status(error_type: str, message: str) -> Status:
-    oom = error_type in ("ResourceExhaustedError", "MemoryError", "OutOfMemoryError") or "out of memory" in message.lower()
+    oom = error_type in OOM_TYPES or any(words in message.lower() for words in OOM_WORDS)
     return Status.OOM if oom else Status.FAILED
 
 
@@ -119,7 +127,7 @@ class SummaryCallback(tune.Callback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.started[trial_of(trial.config).trial_id] = time.time()
 
-    def _finish(self, trial: Any, status: Status, error: tuple[str, str] | None) -> None:
+    def _finish(self, trial: Any, status: Status, error: TrialError | None) -> None:
         config = trial_of(trial.config)
         tid = config.trial_id
         epochs = self.plan.store.trial_epochs(tid)
@@ -140,32 +148,38 @@ class SummaryCallback(tune.Callback):
         summary.update({"started_at": started, "ended_at": now, "wall_time_s": wall, "attempts": attempt,
                         "gpu_hours": gpu_hours(config.num_gpus, wall)})
         if error:
-            summary["error_type"], summary["error"] = error
+            summary.update({"error_type": error.error_type, "error": error.message, "error_class": error.error_class or None})
         elif status == Status.DIVERGED:
             summary["error"] = f"training loss not finite in epoch {epochs[-1]['epoch']}"
         self.plan.store.finish_trial(summary, epochs)
-        self.view.ended(config, status, f"{error[0]}: {error[1]}" if error else None)
+        self.view.ended(config, status, str(error) if error else None)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finish(trial, Status.COMPLETED, None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         error = _error_of(trial)
-        self._finish(trial, _failure_status(*error), error)
+        self._finish(trial, _failure_status(error.error_type, error.message), error)
 
 
 def trial_resources(config: dict[str, Any]) -> tune.PlacementGroupFactory:
     """One bundle per node the trial spans, holding that node's GPUs (and CPUs).
 
-    A one-node trial trains in Tune's trainable itself, in its one STRICT_PACK bundle. A distributed
-    trial's trainable only coordinates: it takes an empty head bundle, and its workers (sweep/workers.py)
-    take one bundle each, STRICT_SPREAD over as many nodes.
+    A one-node trial trains in Tune's trainable itself, in its one STRICT_PACK bundle. A trial whose
+    workers train (sweep/workers.py: a distributed trial, or one whose framework has its own
+    environment) has a trainable that only coordinates: it takes an empty head bundle, and its workers
+    take one bundle each, STRICT_SPREAD over as many nodes. Where the trial's framework runs on some
+    nodes only (sweep/checks.py), each bundle may go to those nodes only.
     """
     trial = trial_of(config)
+    runtime: TrialRuntime = config["runtime"]
     bundle = {"CPU": trial.cpus_per_trial, "GPU": trial.gpus_per_node}
-    if trial.distributed:
-        return tune.PlacementGroupFactory([{}] + [bundle] * trial.nodes, strategy="STRICT_SPREAD")
-    return tune.PlacementGroupFactory([bundle], strategy="STRICT_PACK")
+    nodes = runtime.placement.get(trial.framework)
+    only = {"bundle_label_selector": [checks.selector(nodes)] * trial.nodes} if nodes else {}
+    if trial.distributed or runtime.runtime_env(trial.framework):
+        return tune.PlacementGroupFactory([{}] + [bundle] * trial.nodes,
+                                          strategy="STRICT_SPREAD" if trial.nodes > 1 else "STRICT_PACK", **only)
+    return tune.PlacementGroupFactory([bundle], strategy="STRICT_PACK", **only)
 
 
 def _scheduler(plan: RunPlan) -> Any:

@@ -57,6 +57,8 @@ ENV_COLUMNS: dict[str, pa.DataType] = {
     "cpu_model": pa.string(), "cpu_count": pa.int64(),
     "framework_version": pa.string(), "python_version": pa.string(), "numpy_version": pa.string(),
     "os": pa.string(), "ray_version": pa.string(), "engine_version": pa.string(), "git_commit": pa.string(),
+    # Where the trial's framework ran: the interpreter, and the sweep's environment for it (sweep/environments.py).
+    "python_executable": pa.string(), "environment": pa.string(),
 }
 EPOCH_SCHEMA = pa.schema({
     "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "epoch": pa.int64(),
@@ -76,7 +78,7 @@ TRIAL_SCHEMA = pa.schema({
     "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "status": pa.string(),
     "scale": pa.string(),
     **CONFIG_COLUMNS,
-    "data_kind": pa.string(), "error_type": pa.string(), "error": pa.string(),
+    "data_kind": pa.string(), "error_type": pa.string(), "error": pa.string(), "error_class": pa.string(),
     "started_at": pa.float64(), "ended_at": pa.float64(), "wall_time_s": pa.float64(),
     "attempts": pa.int64(), "gpu_hours": pa.float64(), "epochs_done": pa.int64(),
     "best_val_acc": pa.float64(), "final_val_acc": pa.float64(), "final_train_acc": pa.float64(),

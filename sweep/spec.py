@@ -8,6 +8,7 @@ A sweep file (YAML) holds:
   scales: {smoke: {...}, full: {...}}  per-scale overrides of fixed / grid / include
   target_acc: float              accuracy target for time-to-accuracy reports
   early_stopping: {grace_period, reduction_factor}  Ray Tune's ASHA on val_acc (off by default)
+  environments: {framework: {py_executable | pip | uv | image_uri: ...}}  where a framework runs (sweep/environments.py)
 The top level is the full scale; `scales.<scale>` replaces the keys it names. Any TrialConfig field can
 be fixed or an axis. Without `lr`, a trial's lr comes from the linear scaling rule
 (base_lr x global_batch / base_batch).
@@ -25,12 +26,15 @@ from typing import Any, Callable
 import yaml
 
 from trainables import zoo
+from sweep import environments
+from sweep.environments import Environment
 from sweep.errors import SpecError
 from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, VARIABLE_UPDATES, TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 SCALES = ("smoke", "full")
-TOP_KEYS = {"name", "description", "study", "fixed", "grid", "include", "scales", "target_acc", "early_stopping"}
+TOP_KEYS = {"name", "description", "study", "fixed", "grid", "include", "scales", "target_acc", "early_stopping",
+            "environments"}
 LEGACY_KEYS = {"seed_ref": "study"}  # the old names, still read in sweep files stored with earlier runs
 EARLY_STOPPING_KEYS = {"grace_period": 1, "reduction_factor": 2}  # key -> smallest value
 SECTION_KEYS = {"fixed", "grid", "include"}
@@ -145,6 +149,7 @@ class Sweep:
     raw: dict[str, Any]
     target_acc: float | None
     early_stopping: dict[str, int] | None  # ASHA's grace_period and reduction_factor
+    environments: dict[str, Environment]  # framework -> where its trials run; absent: the driver's Python
 
     def trials(self, scale: str) -> list[TrialConfig]:
         return expand(self, scale)
@@ -196,6 +201,10 @@ def parse(text: str, path: Path) -> Sweep:
         if old in raw and new not in raw:
             raw[new] = raw.pop(old)
     _check_top(where, raw)
+    try:
+        envs = environments.parse_section(raw.get("environments"))
+    except ValueError as e:
+        raise SpecError(f"{where}: environments: {e}") from None
     sweep = Sweep(
         name=raw.get("name") or path.stem,
         description=raw["description"],
@@ -206,6 +215,7 @@ def parse(text: str, path: Path) -> Sweep:
         target_acc=raw.get("target_acc"),
         early_stopping=({"grace_period": 1, "reduction_factor": 3, **raw["early_stopping"]}
                         if raw.get("early_stopping") else None),
+        environments=envs,
     )
     for scale in SCALES:  # expand both scales now, so a bad override fails at load, not at run
         expand(sweep, scale)

@@ -33,10 +33,12 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
+from sweep.environments import Environment
 from sweep.errors import StoreError
 from sweep.location import Location, RemotePath, at
 from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, TRIAL_SCHEMA, Status
 from trainables.config import TrialConfig
+from trainables.probe import FrameworkCheck
 
 
 def gpu_hours(num_gpus: int, seconds: float) -> float:
@@ -57,6 +59,15 @@ class Session:
     engine_version: str
     git_commit: str | None
     ray_version: str
+    environments: dict[str, Environment] = field(default_factory=dict)  # framework -> where its trials ran
+    checks: list[FrameworkCheck] = field(default_factory=list)  # each framework on each node, before the trials
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Session:
+        """A session of run.json; those written before environments and checks existed have neither."""
+        envs = {k: Environment.from_dict(e) for k, e in (raw.pop("environments", None) or {}).items()}
+        checks = [FrameworkCheck(**c) for c in raw.pop("checks", None) or []]
+        return cls(**raw, environments=envs, checks=checks)
 
 
 @dataclass
@@ -85,9 +96,9 @@ class RunMeta:
     def from_json(cls, text: str, where: str) -> RunMeta:
         try:
             raw = json.loads(text)
-            sessions = [Session(**s) for s in raw.pop("sessions", [])]
+            sessions = [Session.from_dict(s) for s in raw.pop("sessions", [])]
             return cls(**raw, sessions=sessions)
-        except (ValueError, TypeError, AttributeError) as e:  # not JSON, or not this store's fields
+        except (ValueError, TypeError, AttributeError, KeyError) as e:  # not JSON, or not this store's fields
             raise StoreError(f"{where}: not a run.json of this store ({str(e).splitlines()[0]})") from None
 
 def _atomic_write_bytes(path: Location, payload: bytes) -> None:

@@ -11,16 +11,18 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from sweep import location
+from sweep.environments import Environment
 from sweep.location import Location, RemotePath
 from sweep.schema import Status
 from sweep.store import RunStore, config_columns
 from trainables import environment
 from trainables.config import TrialConfig
+from trainables.failure import plain_errors
 from trainables.loop import Devices, Report, checkpoint_epoch, run_trial
 
 METRIC_TAGS = ("sweep", "run", "trial", "framework", "model", "num_gpus", "batch")
@@ -35,6 +37,14 @@ class TrialRuntime:
     emulated: bool | None  # None: a joined cluster, where each node tells for itself
     columns: dict[str, Any]  # what every row of the run carries: sweep, run_id, scale, the engine
     label_axes: tuple[str, ...] = ()  # the settings the sweep varies: named in every trial's label
+    environments: dict[str, Environment] = field(default_factory=dict)  # framework -> where its trials run
+    code_root: str | None = None  # this project's folder, for environments that lack its packages
+    placement: dict[str, tuple[str, ...]] = field(default_factory=dict)  # framework -> the only nodes it runs on
+
+    def runtime_env(self, framework: str) -> dict[str, Any] | None:
+        """Ray's runtime_env of a framework's environment; None: the driver's Python."""
+        env = self.environments.get(framework)
+        return env.runtime_env(self.code_root) if env else None
 
     def label(self, config: TrialConfig) -> str:
         """A trial as the dashboard's actors and the console name it: `<sweep>-<trial id> <settings>`."""
@@ -116,6 +126,7 @@ def latest_checkpoint(run_dir: Location, tid: str, scratch: str) -> str | None:
     return max(complete)[1] if complete else None
 
 
+@plain_errors  # a framework's exception would not unpickle in the driver, which imports no framework
 def train(config: dict[str, Any]) -> None:
     """Ray Tune function trainable. config: {"trial": TrialConfig.to_dict(), "runtime": TrialRuntime}."""
     import ray
@@ -128,8 +139,9 @@ def train(config: dict[str, Any]) -> None:
     store.record_start(tid)
     # The driver decides for an embedded Ray; on a joined cluster each node tells for itself.
     emulated = runtime.emulated if runtime.emulated is not None else environment.real_gpu_count() == 0
+    env = runtime.environments.get(cfg.framework)
     base = {**runtime.columns, **config_columns(cfg), "trial_id": tid, "attempt": store.attempts(tid),
-            "ray_node_id": ray.get_runtime_context().get_node_id()}
+            "ray_node_id": ray.get_runtime_context().get_node_id(), "environment": env.describe() if env else None}
     gauges = TrialGauges(cfg, runtime)
 
     def report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
@@ -144,18 +156,20 @@ def train(config: dict[str, Any]) -> None:
     checkpoint = tune.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as path:
-            _train(cfg, emulated, runtime.data_dir, report, path)
+            _train(cfg, emulated, runtime, report, path)
         return
     with tempfile.TemporaryDirectory() as scratch:
-        _train(cfg, emulated, runtime.data_dir, report, latest_checkpoint(store.dir, tid, scratch))
+        _train(cfg, emulated, runtime, report, latest_checkpoint(store.dir, tid, scratch))
 
 
-def _train(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, restore_dir: str | None) -> None:
-    """Here, on this trial's one bundle; or, for a distributed trial, by its workers (sweep/workers.py)."""
-    if cfg.distributed:
+def _train(cfg: TrialConfig, emulated: bool, runtime: TrialRuntime, report: Report, restore_dir: str | None) -> None:
+    """Here, on this trial's one bundle; or by workers in its bundles (sweep/workers.py): a distributed
+    trial's, or those of a trial whose framework has its own environment (this process is the driver's)."""
+    data_dir, runtime_env = runtime.data_dir, runtime.runtime_env(cfg.framework)
+    if cfg.distributed or runtime_env:
         from sweep import workers
 
-        workers.run(cfg, emulated, data_dir, report, restore_dir)
+        workers.run(cfg, emulated, data_dir, report, restore_dir, runtime_env)
     else:
         import ray
 

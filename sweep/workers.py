@@ -9,8 +9,13 @@ bundle i go, all started into the trial's placement group so that Ray accounts f
   and, in bundle 0, the scheduler. The DMLC environment tells each process its role.
 - TensorFlow, replicated: a TrialWorker per node under MultiWorkerMirroredStrategy (TF_CONFIG).
 - TensorFlow, parameter_server: a worker server (with the GPUs) and a parameter server (on CPU, as
-  in study 004) per node, both RoleProcesses; the trainable runs the loop as ParameterServerStrategy's
-  coordinator, TensorFlow's "chief".
+  in study 004) per node, both RoleProcesses; a TrialWorker holding no resources runs the loop as
+  ParameterServerStrategy's coordinator, TensorFlow's "chief".
+- A one-node trial whose framework has its own environment (sweep/environments.py): one TrialWorker,
+  as the trainable runs in the driver's environment.
+
+Every actor starts in the framework's environment (Ray's runtime_env), and so do the server processes
+the RoleProcesses start (with the actor's interpreter).
 
 The actors are owned by the trainable: when it ends, however it ends, they end, and each RoleProcess's
 child dies with it (PR_SET_PDEATHSIG). A worker or server that dies fails the trial at once, with its
@@ -32,7 +37,8 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from trainables.config import TrialConfig
-from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, end_epoch, run_trial
+from trainables.failure import plain_errors
+from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, end_epoch
 from trainables.measure import total_over_workers
 
 
@@ -94,9 +100,12 @@ class TrialWorker:
     def free_address(self) -> str:
         return _free_address()
 
+    @plain_errors
     def start(self, trial: dict[str, Any], env: dict[str, str], data_dir: str | None,
-              restore: dict[str, bytes] | None, shard: Shard) -> int:
+              restore: dict[str, bytes] | None, shard: Shard, devices: Devices | None = None) -> int:
+        """devices: the ones the loop drives from here (a coordinator's are its workers'); default: this actor's."""
         os.environ.update(env)  # the framework reads its cluster (TF_CONFIG, DMLC_*) from here
+        self.devices = devices or self.devices
         cfg = TrialConfig.from_dict(trial)
         with tempfile.TemporaryDirectory() as path:
             if restore:
@@ -104,6 +113,7 @@ class TrialWorker:
             self.loop = TrialLoop(cfg, self.devices, data_dir, path if restore else None, shard=shard)
         return os.getpid()
 
+    @plain_errors
     def epoch(self, epoch: int) -> dict[str, Any]:
         return {**self.loop.run_epoch(epoch), "ray_node_id": self.node_id}
 
@@ -112,6 +122,7 @@ class TrialWorker:
         always end on ray.kill (TensorFlow ignores SIGTERM; measured here, MXNet workers outlived it)."""
         os._exit(0)
 
+    @plain_errors
     def checkpoint(self) -> dict[str, bytes]:
         """The backend's state, as files (the coordinator writes them where Tune wants them)."""
         with tempfile.TemporaryDirectory() as path:
@@ -136,8 +147,9 @@ def _write_files(path: str, files: dict[str, bytes]) -> None:
 class Group:
     """The actors of one distributed trial: started into its bundles, watched, and stopped together."""
 
-    def __init__(self, cfg: TrialConfig) -> None:
+    def __init__(self, cfg: TrialConfig, runtime_env: dict[str, Any] | None) -> None:
         self.cfg = cfg
+        self.env = {"runtime_env": runtime_env} if runtime_env else {}  # None: the driver's Python, as the trainable
         self.pg = ray.util.get_current_placement_group()
         self.actors: list[Any] = []  # all of them, to kill at the end
         self.workers: list[Any] = []  # TrialWorkers
@@ -147,10 +159,11 @@ class Group:
     def _at(self, bundle: int) -> PlacementGroupSchedulingStrategy:
         return PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
 
-    def worker(self, bundle: int, emulated: bool) -> Any:
+    def worker(self, bundle: int, emulated: bool, with_devices: bool = True) -> Any:
+        """A TrialWorker; with_devices: it takes the bundle's GPUs and CPUs (else it drives others', as a coordinator)."""
         cfg = self.cfg
-        actor = TrialWorker.options(num_cpus=cfg.cpus_per_trial, num_gpus=cfg.gpus_per_node,
-                                    scheduling_strategy=self._at(bundle)).remote(emulated)
+        resources = {"num_cpus": cfg.cpus_per_trial, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
+        actor = TrialWorker.options(**resources, scheduling_strategy=self._at(bundle), **self.env).remote(emulated)
         self.actors.append(actor)
         self.workers.append(actor)
         return actor
@@ -159,7 +172,7 @@ class Group:
         """A RoleProcess; with_devices: it takes the bundle's GPUs and CPUs (a TensorFlow worker server)."""
         cfg = self.cfg
         options = {"num_cpus": cfg.cpus_per_trial, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
-        actor = RoleProcess.options(**options, scheduling_strategy=self._at(bundle)).remote()
+        actor = RoleProcess.options(**options, scheduling_strategy=self._at(bundle), **self.env).remote()
         self.actors.append(actor)
         self.roles.append((actor, name))
         return actor
@@ -169,13 +182,6 @@ class Group:
         self.get([actor.start.remote(module, env) for actor, _, module, env in starts])
         for actor, name, _, _ in starts:
             self.watch[actor.wait.remote()] = name
-
-    def check(self) -> None:
-        """Raise WorkerLost if any watched process has ended."""
-        if self.watch:
-            ready, _ = ray.wait(list(self.watch), num_returns=1, timeout=0)
-            if ready:
-                self._lost(ready[0])
 
     def _lost(self, ref: ray.ObjectRef) -> None:
         try:
@@ -207,9 +213,10 @@ class Group:
             ray.kill(actor, no_restart=True)
 
 
-def run(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, restore_dir: str | None) -> None:
-    """Train a distributed trial; report one row per epoch, totalled over its workers."""
-    group = Group(cfg)
+def run(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, restore_dir: str | None,
+        runtime_env: dict[str, Any] | None = None) -> None:
+    """Train a trial by its workers (runtime_env: their environment); report one row per epoch, totalled over them."""
+    group = Group(cfg, runtime_env)
     try:
         if cfg.framework == "tensorflow" and cfg.variable_update == "parameter_server":
             _parameter_server(group, cfg, emulated, data_dir, report, restore_dir)
@@ -223,11 +230,17 @@ def _data_parallel(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str
                    restore_dir: str | None) -> None:
     """Every worker runs the loop on its slice; the framework reduces gradients among them."""
     workers = [group.worker(i, emulated) for i in range(cfg.nodes)]
-    envs = (_mxnet_roles(group, cfg) if cfg.framework == "mxnet" else
-            _tensorflow_workers(group, workers))
+    envs = (_mxnet_roles(group, cfg) if cfg.kvstore.startswith("dist") else
+            _tensorflow_workers(group, workers) if cfg.nodes > 1 else [{}])  # [{}]: one worker on its own
     restore = _read_files(restore_dir) if restore_dir else None
     group.get([w.start.remote(cfg.to_dict(), env, data_dir, restore, Shard(rank, cfg.nodes))
                for rank, (w, env) in enumerate(zip(workers, envs))])
+    _epochs(group, workers, cfg, report, restore_dir)
+
+
+def _epochs(group: Group, workers: list[Any], cfg: TrialConfig, report: Report, restore_dir: str | None,
+            columns: dict[str, Any] | None = None) -> None:
+    """Each epoch of the started workers, totalled into one row (with `columns`), then its checkpoint."""
     start = checkpoint_epoch(restore_dir) + 1 if restore_dir else 0
 
     def save(path: str) -> None:  # the first worker's state stands for all (they hold the same weights)
@@ -235,7 +248,7 @@ def _data_parallel(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str
 
     for epoch in range(start, cfg.epochs):
         metrics = total_over_workers(group.get([w.epoch.remote(epoch) for w in workers]))
-        if not end_epoch(metrics, epoch, save, report):
+        if not end_epoch({**metrics, **(columns or {})}, epoch, save, report):
             return
 
 
@@ -266,13 +279,13 @@ def _tensorflow_workers(group: Group, workers: list[Any]) -> list[dict[str, str]
 
 def _parameter_server(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report,
                       restore_dir: str | None) -> None:
-    """ParameterServerStrategy: worker and ps servers per node; this process runs the loop as the coordinator."""
+    """ParameterServerStrategy: worker and ps servers per node, and the coordinator that runs the loop."""
     workers = [group.role(i, f"TensorFlow worker {i}", with_devices=True) for i in range(cfg.nodes)]
     servers = [group.role(i, f"TensorFlow parameter server {i}") for i in range(cfg.nodes)]
-    addresses = group.get([a.free_address.remote() for a in workers + servers])
+    coordinator = group.worker(0, emulated, with_devices=False)
+    addresses = group.get([a.free_address.remote() for a in workers + servers + [coordinator]])
     nodes, gpu_ids = zip(*group.get([w.placement.remote() for w in workers]))
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the coordinator computes nothing; its node's GPUs are others'
-    cluster = {"chief": [_free_address()], "worker": addresses[:cfg.nodes], "ps": addresses[cfg.nodes:]}
+    cluster = {"chief": addresses[-1:], "worker": addresses[:cfg.nodes], "ps": addresses[cfg.nodes:-1]}
     device_env = {"SWEEP_EMULATED_DEVICES": str(cfg.gpus_per_node), "CUDA_VISIBLE_DEVICES": ""} if emulated else {}
     module = "trainables.tensorflow.server"
     group.start_roles(
@@ -281,12 +294,10 @@ def _parameter_server(group: Group, cfg: TrialConfig, emulated: bool, data_dir: 
         [(s, f"TensorFlow parameter server {i}", module, {"TF_CONFIG": tf_config(cluster, "ps", i),
                                                           "CUDA_VISIBLE_DEVICES": ""})
          for i, s in enumerate(servers)])
-    os.environ["TF_CONFIG"] = tf_config(cluster, "chief", 0)
+    # The coordinator computes nothing (its node's GPUs are others'): its devices are the workers'.
     devices = Devices("cpu-emulated" if emulated else "gpu", cfg.num_gpus, tuple(";".join(ids) for ids in gpu_ids))
+    chief = {"TF_CONFIG": tf_config(cluster, "chief", 0), "CUDA_VISIBLE_DEVICES": ""}
+    restore = _read_files(restore_dir) if restore_dir else None
+    group.get([coordinator.start.remote(cfg.to_dict(), chief, data_dir, restore, Shard(), devices)])
     spread = {"ray_node_id": ";".join(nodes), "ray_gpu_ids": ";".join(",".join(ids) for ids in gpu_ids)}
-
-    def checked_report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
-        group.check()  # a lost worker or server fails the trial, never a quiet epoch on fewer workers
-        report({**metrics, **spread}, checkpoint_dir)
-
-    run_trial(cfg, devices, data_dir, checked_report, restore_dir, step_check=group.check)
+    _epochs(group, [coordinator], cfg, report, restore_dir, spread)

@@ -6,11 +6,11 @@ from its own layer or those below it, never above:
 
   entry          sweep.__main__, sweep.cli
   commands       sweep.launch (run), sweep.runs (status), sweep.report.* (report)
-  driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.spec
+  driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.spec, sweep.checks
   trial process  sweep.trial, sweep.workers
-  store          sweep.store, sweep.schema, sweep.location, sweep.errors
+  store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.environments
   frameworks     trainables.mxnet.*, trainables.tensorflow.*
-  trainables     trainables.loop, .data, .measure, .environment, .zoo, .config, .local
+  trainables     trainables.loop, .data, .measure, .environment, .zoo, .config, .local, .probe, .failure
 
 The loop loads a framework's backend by name (importlib) inside the trial's process; no module of
 sweep/ imports a framework or trainables.<framework>, and trainables/ never imports sweep/.
@@ -28,12 +28,14 @@ from conftest import ROOT
 LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
     ("commands", {"sweep.launch", "sweep.runs", "sweep.report"}),
-    ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.spec"}),
+    ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.spec",
+                "sweep.checks"}),
     ("trial process", {"sweep.trial", "sweep.workers"}),
-    ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors"}),
+    ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.environments"}),
     ("frameworks", {"trainables.mxnet", "trainables.tensorflow"}),
     ("trainables", {"trainables.loop", "trainables.data", "trainables.measure", "trainables.environment",
-                    "trainables.zoo", "trainables.config", "trainables.local"}),
+                    "trainables.zoo", "trainables.config", "trainables.local", "trainables.probe",
+                    "trainables.failure"}),
 ]
 FRAMEWORKS = ("mxnet", "tensorflow", "keras", "tf_keras", "trainables.mxnet", "trainables.tensorflow")
 PACKAGES = ("sweep", "trainables")

@@ -57,6 +57,22 @@ def capture(device_kind: str, gpu_count: int) -> dict[str, object]:
     }
 
 
+def gpu_architecture(index: int) -> tuple[str, str] | None:
+    """(model, architecture as sm_XY) of the GPU with this index, as the NVIDIA driver says (no framework
+    needed); None where there is no driver or no such GPU."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    name, _, cap = out.stdout.strip().rpartition(",")
+    if out.returncode != 0 or not name or "." not in cap:
+        return None
+    return name.strip(), "sm_" + cap.strip().replace(".", "")
+
+
 def real_gpu_count() -> int:
     """GPUs the NVIDIA driver sees on this node (0 where there is no driver)."""
     if not shutil.which("nvidia-smi"):

@@ -111,11 +111,9 @@ class TrialLoop:
     """One trial's training loop, an epoch at a time; the distributed coordinator drives it per worker."""
 
     def __init__(self, cfg: TrialConfig, devices: Devices, data_dir: str | None, restore_dir: str | None = None,
-                 backend: Backend | None = None, shard: Shard = Shard(),
-                 step_check: Callable[[], None] | None = None) -> None:
+                 backend: Backend | None = None, shard: Shard = Shard()) -> None:
         # data_dir is None when the run fell back to synthetic data (no CIFAR-10 at the smoke scale).
         self.cfg, self.shard = cfg, shard
-        self.step_check = step_check  # raises to end the trial (a distributed trial's lost worker)
         self.image_size = cfg.image_size or zoo.default_image_size(cfg.model)
         self.synthetic = cfg.data == "synthetic" or data_dir is None
         self.cifar = None if self.synthetic else data.load_cifar10(data_dir)
@@ -157,8 +155,6 @@ class TrialLoop:
                 batch = backend.put(*batch)
             step_loss, step_correct = backend.train_step(batch, lr)
             timer.stop()
-            if self.step_check:
-                self.step_check()
             timer.start()
             loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + self.batch
             if not math.isfinite(step_loss):
@@ -211,10 +207,9 @@ def end_epoch(metrics: dict[str, Any], epoch: int, save: Callable[[str], None], 
 
 
 def run_trial(cfg: TrialConfig, devices: Devices, data_dir: str | None, report: Report,
-              restore_dir: str | None = None, backend: Backend | None = None,
-              step_check: Callable[[], None] | None = None) -> None:
+              restore_dir: str | None = None, backend: Backend | None = None) -> None:
     """The training loop of one trial, without Ray: the engine and the raw benchmark both run this."""
-    loop = TrialLoop(cfg, devices, data_dir, restore_dir, backend, step_check=step_check)
+    loop = TrialLoop(cfg, devices, data_dir, restore_dir, backend)
     for epoch in range(loop.start_epoch, cfg.epochs):
         if not end_epoch(loop.run_epoch(epoch), epoch, loop.backend.save, report):
             return

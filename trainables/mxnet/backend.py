@@ -13,6 +13,15 @@ from trainables.config import TrialConfig
 from trainables.mxnet import models
 from trainables.loop import Devices
 from trainables.measure import NvmlPeakMemory
+from trainables.probe import Build, cuda_in_name
+
+
+def build() -> Build:
+    """MXNet's build (for the framework check): it names no CUDA version or GPU code list; the wheel's
+    name does (mxnet-cu117), a source build's does not."""
+    gpu = mx.runtime.Features().is_enabled("CUDA")
+    return Build(version=mx.__version__, gpu_build=gpu, cuda=cuda_in_name("mxnet") if gpu else None, archs=None,
+                 gpus=mx.context.num_gpus() if gpu else 0)
 
 
 class Backend:

@@ -14,9 +14,19 @@ import tensorflow as tf
 
 from trainables.config import TrialConfig
 from trainables.loop import Devices
+from trainables.probe import Build
 from trainables.tensorflow import models
 
 SUM = tf.distribute.ReduceOp.SUM
+
+
+def build() -> Build:
+    """TensorFlow's build (for the framework check): its CUDA version and the GPU code it carries."""
+    info = tf.sysconfig.get_build_info()
+    gpu = bool(info.get("is_cuda_build"))
+    return Build(version=tf.__version__, gpu_build=gpu, cuda=info.get("cuda_version") if gpu else None,
+                 archs=tuple(info.get("cuda_compute_capabilities") or ()) or None,
+                 gpus=len(tf.config.list_physical_devices("GPU")))
 
 
 class Backend:

@@ -1,0 +1,142 @@
+"""Before any trial: can each framework the sweep uses train on each node, in its environment?
+
+One Ray task per (node with GPUs, framework), pinned to the node (NodeAffinitySchedulingStrategy) and
+started in the framework's environment (sweep/environments.py), runs trainables.probe.check: the
+framework's import, its build, one training step on one of the node's GPUs (on a CPU device where
+GPUs are emulated). The driver imports no framework for it. From the checks:
+- the table printed before the run, and the records kept in run.json (sweep/store.py, Session.checks);
+- trials whose framework runs on no node that fits them: infeasible, with the reason;
+- frameworks that run on some nodes only: their trials' bundles carry a label selector on Ray's own
+  node label (ray.io/node-id in(...)), so that Ray places them on those nodes and nowhere else.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from sweep.cluster import Node, infeasible
+from sweep.environments import Environment
+from trainables.config import TrialConfig
+from trainables.failure import first_line
+from trainables.probe import FrameworkCheck, check, interpreter_problem
+
+NODE_LABEL = "ray.io/node-id"  # every Ray node carries it, with its id
+# How long a check may take: an interpreter or the default environment answers in seconds (a framework
+# import and one step); pip, uv and image environments are built or pulled on first use (Ray gives up
+# building one after 10 minutes, runtime_env's setup_timeout_seconds).
+TIMEOUT_S = {"default": 300, "py_executable": 300, "pip": 900, "uv": 900, "image_uri": 900}
+
+
+def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], code_root: str | None,
+        emulated: bool | None) -> list[FrameworkCheck]:
+    """Check every framework on every node that has GPUs (trials need them; the others never get one)."""
+    import ray
+
+    targets = [(node, fw) for node in nodes if node.gpus >= 1 for fw in frameworks]
+    found: dict[tuple[str, str], FrameworkCheck] = {}
+    # An interpreter Ray cannot start workers with makes Ray retry for ever: try it first, in the
+    # driver's environment on the same node.
+    interpreters = [(node, fw) for node, fw in targets if fw in envs and envs[fw].kind == "py_executable"]
+    refs = {ray.remote(interpreter_problem).options(**_on(node)).remote(str(envs[fw].value), ray.__version__): (node, fw)
+            for node, fw in interpreters}
+    for (node, fw), problem in _gather(refs, TIMEOUT_S["default"]).items():
+        if problem is not None:
+            found[(node.node_id, fw)] = FrameworkCheck(node.node_id, fw, ok=False, reason=problem,
+                                                       python=str(envs[fw].value))
+    task = ray.remote(check)
+    refs = {}
+    for node, fw in targets:
+        if (node.node_id, fw) in found:
+            continue
+        env = envs.get(fw)
+        options = {**_on(node), "num_gpus": 0.01}  # a GPU id, shared: the checks of a node run side by side
+        if env:
+            options["runtime_env"] = env.runtime_env(code_root)
+        refs[task.options(**options).remote(fw, node.node_id, emulated)] = (node, fw)
+    timeout = max((TIMEOUT_S[envs[fw].kind if fw in envs else "default"] for _, fw in targets), default=0)
+    for (node, fw), result in _gather(refs, timeout).items():
+        found[(node.node_id, fw)] = result if isinstance(result, FrameworkCheck) else FrameworkCheck(
+            node.node_id, fw, ok=False, reason=result)
+    return [found[(node.node_id, fw)] for node, fw in targets]
+
+
+def _on(node: Node) -> dict[str, Any]:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False), "num_cpus": 0,
+            "max_retries": 0}
+
+
+def _gather(refs: dict[Any, tuple[Node, str]], timeout_s: float) -> dict[tuple[Node, str], Any]:
+    """Each task's result; a task that failed or did not answer in time gives its reason (a string)."""
+    import ray
+
+    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+    out: dict[tuple[Node, str], Any] = {}
+    for ref in ready:
+        try:
+            out[refs[ref]] = ray.get(ref)
+        except ray.exceptions.RuntimeEnvSetupError as e:
+            out[refs[ref]] = f"its environment could not be set up: {first_line(str(e))}"
+        except ray.exceptions.RayError as e:
+            out[refs[ref]] = f"the check's process failed: {type(e).__name__}: {first_line(str(e))}"
+    for ref in late:
+        ray.cancel(ref, force=True)
+        out[refs[ref]] = (f"no answer within {timeout_s:g} s (its node's GPUs busy, or its environment "
+                          "still starting)")
+    return out
+
+
+def table(checks: list[FrameworkCheck], envs: dict[str, Environment], seconds: float) -> str:
+    """The checks as the console shows them: one line per node and framework."""
+    head = ["node", "framework", "environment", "version", "CUDA", "GPU", "python", "check"]
+    rows = [[f"{c.hostname or '?'} {c.node_id[:8]}", c.framework,
+             envs[c.framework].describe() if c.framework in envs else "default", c.version or "-",
+             c.cuda or "-", f"{c.gpu} {c.arch}" if c.gpu else (c.device or "-"), c.python or "-",
+             "OK" if c.ok else f"FAILED: {c.reason}"] for c in checks]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head[:-1])] if rows else []
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths + [0])).rstrip()  # noqa: E731
+    return "\n".join([f"framework checks ({seconds:.0f} s; each framework on each node, in its environment):",
+                      *("  " + line(r) for r in [head] + rows)])
+
+
+def placement(checks: list[FrameworkCheck]) -> dict[str, tuple[str, ...]]:
+    """framework -> the only nodes it may run on, for frameworks that failed on some nodes (not all)."""
+    out = {}
+    for fw in dict.fromkeys(c.framework for c in checks):
+        ok = tuple(c.node_id for c in checks if c.framework == fw and c.ok)
+        if ok and len(ok) < sum(1 for c in checks if c.framework == fw):
+            out[fw] = ok
+    return out
+
+
+def selector(nodes: tuple[str, ...]) -> dict[str, str]:
+    """A label selector that Ray's scheduler (and a placement group's bundle) matches on those nodes only."""
+    return {NODE_LABEL: f"in({','.join(nodes)})"}
+
+
+def unplaceable(trials: list[TrialConfig], nodes: list[Node], checks: list[FrameworkCheck]) -> dict[str, str]:
+    """Trials that fit no node, with the reason: too few resources, or their framework runs on no node that fits."""
+    requests = {t.trial_id: (t.cpus_per_trial, t.gpus_per_node, t.nodes) for t in trials}
+    out = infeasible(requests, nodes)
+    for t in trials:
+        failed = [c for c in checks if c.framework == t.framework and not c.ok]
+        if t.trial_id in out or not failed:
+            continue
+        good = {c.node_id for c in checks if c.framework == t.framework and c.ok}
+        usable = [n for n in nodes if n.node_id in good]
+        if not usable:  # the framework's own words, as the issue's example: "mxnet 1.9.1 (CUDA 11.7) has no kernels ..."
+            out[t.trial_id] = _reasons(failed, per_node=False)
+        elif infeasible({t.trial_id: requests[t.trial_id]}, usable):
+            needs = (f"needs {t.nodes} nodes with {t.gpus_per_node} GPUs and {t.cpus_per_trial} CPUs each" if t.nodes > 1
+                     else f"needs {t.gpus_per_node} GPUs and {t.cpus_per_trial} CPUs on one node")
+            out[t.trial_id] = (f"{needs}; {t.framework} runs on {len(usable)} of the cluster's {len(nodes)} nodes "
+                               f"(not on {_reasons(failed, per_node=True)})")
+    return out
+
+
+def _reasons(failed: list[FrameworkCheck], per_node: bool) -> str:
+    """The failures in one line; without per_node, the reason alone where every node gave the same."""
+    reasons = list(dict.fromkeys(c.reason or "failed" for c in failed))
+    if len(reasons) == 1 and not per_node:
+        return reasons[0]
+    return "; ".join(f"node {c.hostname or '?'} {c.node_id[:8]}: {c.reason}" for c in failed)

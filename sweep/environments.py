@@ -1,0 +1,155 @@
+"""Per-framework environments: where a framework's trials (and its check, sweep/checks.py) run.
+
+An environment is one of Ray's own runtime_env fields, named per framework in a sweep file's
+`environments:` section or with `--env` on the command line:
+
+  environments:
+    mxnet: {py_executable: /opt/mxnet-cu124/bin/python}   # an interpreter on every node (a venv, a source build)
+    mxnet: {image_uri: nvcr.io/nvidia/mxnet:24.06-py3}    # a container image (Ray runs its workers in podman)
+    mxnet: {pip: ["mxnet-cu117==1.9.1"]}                    # Ray installs these over the driver's packages
+    mxnet: {uv: ["mxnet==1.9.1", "numpy<2"]}                # the same, installed by uv
+  (each may add env_vars: {NAME: value}, e.g. LD_LIBRARY_PATH for a framework's CUDA libraries)
+
+  --env mxnet=/opt/mxnet/bin/python      the interpreter (py_executable)
+  --env 'mxnet={image_uri: nvcr.io/nvidia/mxnet:24.06-py3}'   any of the forms above, as YAML
+
+A framework without one runs where the driver's Python is. Both the trial's workers and their
+framework servers (sweep/workers.py) start in the environment; its rows name it (`environment`) and
+the interpreter that ran (`python_executable`). This module is plain data: it runs in the driver and
+in each trial's coordinator.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweep.errors import UsageError
+from trainables.config import FRAMEWORKS
+
+KINDS = ("py_executable", "pip", "uv", "image_uri")
+EXPECTED = ("a mapping with one of py_executable (an interpreter), pip or uv (a list of requirements), "
+            "image_uri (a container image), and optionally env_vars")
+
+
+@dataclass(frozen=True)
+class Environment:
+    kind: str  # one of KINDS: the runtime_env field
+    value: str | tuple[str, ...]  # the interpreter or image; the requirements of pip and uv
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line, as tables and rows show it: `py_executable /opt/mx/bin/python`."""
+        value = " ".join(self.value) if isinstance(self.value, tuple) else self.value
+        return f"{self.kind} {value}" + "".join(f" {k}={v}" for k, v in sorted(self.env_vars.items()))
+
+    def runtime_env(self, code_root: str | None) -> dict[str, Any]:
+        """Ray's runtime_env for it.
+
+        Another interpreter does not see the driver's packages: it gets this project's code through
+        PYTHONPATH (the folder that holds sweep/ and trainables/), which the framework servers and
+        checks that its workers start as child processes inherit. pip and uv environments are layered
+        over the driver's interpreter and see the project already; an image must contain it.
+        """
+        env_vars = dict(self.env_vars)
+        if self.kind == "py_executable" and code_root:
+            env_vars["PYTHONPATH"] = os.pathsep.join(p for p in (env_vars.get("PYTHONPATH"), code_root) if p)
+        env: dict[str, Any] = {self.kind: list(self.value) if isinstance(self.value, tuple) else self.value}
+        return {**env, "env_vars": env_vars} if env_vars else env
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Environment:
+        value = raw["value"]
+        return cls(raw["kind"], tuple(value) if isinstance(value, list) else value, dict(raw.get("env_vars") or {}))
+
+
+def code_root() -> str | None:
+    """The folder holding this project's packages, for interpreters that lack them; None where the
+    project is installed into site-packages (that folder would hand the driver's packages to them all)."""
+    root = Path(__file__).resolve().parent.parent
+    return None if root.name in ("site-packages", "dist-packages") else str(root)
+
+
+def parse(value: Any) -> Environment:
+    """One framework's environment from a sweep file (or --env's YAML); ValueError says what was expected."""
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"expected {EXPECTED}")
+    unknown = sorted(set(map(str, value)) - set(KINDS) - {"env_vars"})
+    if unknown:
+        raise ValueError(f"unknown key '{unknown[0]}' (expected one of {', '.join(KINDS)}, env_vars)")
+    kinds = [k for k in KINDS if k in value]
+    if len(kinds) != 1:
+        raise ValueError(f"expected exactly one of {', '.join(KINDS)}" + (f", got {' and '.join(kinds)}" if kinds else ""))
+    kind = kinds[0]
+    raw = value[kind]
+    if kind in ("pip", "uv"):
+        if not isinstance(raw, list) or not raw or not all(isinstance(r, str) and r.strip() for r in raw):
+            raise ValueError(f"{kind}: expected a non-empty list of requirements (\"mxnet==1.9.1\"), got {raw!r}")
+        parsed: str | tuple[str, ...] = tuple(r.strip() for r in raw)
+    else:
+        if not isinstance(raw, str) or not raw.strip():
+            raise ValueError(f"{kind}: expected a non-empty text, got {raw!r}")
+        parsed = raw.strip()
+        if kind == "py_executable" and "/" in shlex.split(parsed)[0] and not os.path.isabs(shlex.split(parsed)[0]):
+            raise ValueError(f"py_executable: expected an absolute path (every node resolves it alike), got {raw!r}")
+        if kind == "image_uri" and any(c.isspace() for c in parsed):
+            raise ValueError(f"image_uri: expected an image name without spaces, got {raw!r}")
+    env_vars = value.get("env_vars", {})
+    if not isinstance(env_vars, dict) or not all(isinstance(k, str) and k and isinstance(v, (str, int, float))
+                                                 and not isinstance(v, bool) for k, v in env_vars.items()):
+        raise ValueError(f"env_vars: expected a mapping of NAME: value, got {env_vars!r}")
+    return Environment(kind, parsed, {k: str(v) for k, v in env_vars.items()})
+
+
+def parse_section(value: Any) -> dict[str, Environment]:
+    """A sweep file's `environments:` section (None: none): framework -> environment; ValueError names the part."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping of framework ({', '.join(FRAMEWORKS)}) to an environment")
+    out = {}
+    for framework, env in value.items():
+        if framework not in FRAMEWORKS:
+            raise ValueError(f"unknown framework '{framework}' (expected one of {', '.join(FRAMEWORKS)})")
+        try:
+            out[framework] = parse(env)
+        except ValueError as e:
+            raise ValueError(f"{framework}: {e}") from None
+    return out
+
+
+def parse_option(text: str) -> tuple[str, Environment]:
+    """`--env FRAMEWORK=PYTHON` or `--env 'FRAMEWORK={image_uri: ...}'`; ValueError says what is wrong."""
+    framework, eq, value = text.partition("=")
+    framework, value = framework.strip(), value.strip()
+    if not eq or not value:
+        raise ValueError("expected FRAMEWORK=PYTHON or FRAMEWORK={image_uri: ...} (a YAML mapping)")
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework '{framework}' (expected one of {', '.join(FRAMEWORKS)})")
+    if value.startswith("{"):
+        try:
+            mapping = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"malformed YAML: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") from None
+        return framework, parse(mapping)
+    # An interpreter: a relative path is this shell's, made absolute so that every worker finds it.
+    words = shlex.split(value)
+    if "/" in words[0]:
+        words[0] = os.path.abspath(words[0])
+    return framework, parse({"py_executable": shlex.join(words)})
+
+
+def chosen(from_file: dict[str, Environment], options: list[str]) -> dict[str, Environment]:
+    """The sweep file's environments, each --env replacing its framework's; a bad --env is one line."""
+    out = dict(from_file)
+    for text in options:
+        try:
+            framework, env = parse_option(text)
+        except ValueError as e:
+            raise UsageError(f"--env {text}: {e}") from None
+        out[framework] = env
+    return out

@@ -1,0 +1,235 @@
+"""The framework check: can this framework train here, on this node, in this environment?
+
+sweep/checks.py runs `check` as a Ray task pinned to each node, in each framework's environment,
+before any trial. `check` imports no framework itself: it reads the node's GPU from the NVIDIA driver,
+then starts `python -m trainables.probe FRAMEWORK GPU EMULATED` in the same interpreter, which imports
+the framework, reports its build and trains one step of the real loop (trainables.loop, the real
+backend, a tiny model) on one of the node's GPUs, or on a CPU device where GPUs are emulated: the same
+code either way. A child process, because a framework may kill the process it runs in (a crash at
+import, a fatal CUDA error); what it said before dying still counts.
+
+The verdict is one line, for example "mxnet 1.9.1 (CUDA 11.7) has no kernels for sm_90 (NVIDIA H100
+80GB HBM3)": from the build's GPU code list where the framework gives one (TensorFlow), else from
+the failed step's error and the CUDA version the build predates the GPU by (MXNet).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+from trainables import environment
+from trainables.failure import TrialError, first_line, trial_error
+
+PREFIX = "SWEEP_PROBE "  # the child's result lines, among whatever the framework prints
+STEP_TIMEOUT_S = 300
+# CUDA errors that mean "this build has no code for this GPU" (cudaErrorNoKernelImageForDevice,
+# CUDA_ERROR_NO_BINARY_FOR_GPU, and cudaErrorInvalidDeviceFunction from older runtimes).
+NO_KERNEL_WORDS = ("no kernel image is available", "no_binary_for_gpu", "invalid device function")
+# The first CUDA release that compiles for each architecture: a build made with an older CUDA has no
+# code for it (and without PTX of an older architecture, nothing to compile from at run time).
+FIRST_CUDA = {"sm_70": (9, 0), "sm_75": (10, 0), "sm_80": (11, 0), "sm_86": (11, 1), "sm_87": (11, 4),
+              "sm_89": (11, 8), "sm_90": (11, 8), "sm_100": (12, 8), "sm_120": (12, 8)}
+
+
+@dataclass(frozen=True)
+class Build:
+    """What a framework says of itself (trainables/<framework>/backend.py: build())."""
+
+    version: str
+    gpu_build: bool  # built with CUDA
+    cuda: str | None  # the CUDA version it was built with, where readable
+    archs: tuple[str, ...] | None  # the GPU code it carries (sm_80, compute_90), where it says
+    gpus: int  # GPUs it sees here
+
+
+@dataclass(frozen=True)
+class FrameworkCheck:
+    """One framework on one node: run.json keeps them (sweep/store.py), the console prints them."""
+
+    node_id: str
+    framework: str
+    ok: bool
+    reason: str | None = None  # one line, when not ok
+    hostname: str | None = None
+    python: str | None = None  # the interpreter the framework ran in
+    version: str | None = None  # the framework's
+    cuda: str | None = None  # the CUDA it was built with
+    gpu: str | None = None  # the GPU model of the node (None where GPUs are emulated)
+    arch: str | None = None  # its architecture, sm_XY
+    device: str | None = None  # what the step trained on: gpu or cpu-emulated
+    seconds: float | None = None  # how long the check took on the node
+
+
+def cuda_in_name(package: str) -> str | None:
+    """The CUDA version in the name of the distribution that installed `package` (mxnet-cu117: 11.7)."""
+    for dist in metadata.packages_distributions().get(package, []):
+        match = re.search(r"cu(\d+)(\d)$", dist)
+        if match:
+            return f"{match.group(1)}.{match.group(2)}"
+    return None
+
+
+def _cc(arch: str) -> tuple[int, int]:
+    digits = re.sub(r"\D", "", arch)
+    return int(digits[:-1] or 0), int(digits[-1:] or 0)
+
+
+def runs_on(archs: tuple[str, ...], arch: str) -> bool:
+    """Whether GPU code for `archs` runs on an `arch` GPU: machine code of the same major version and no
+    newer minor one, or PTX of this or an older architecture (compiled when it loads)."""
+    major, minor = _cc(arch)
+    for code in archs:
+        a, b = _cc(code)
+        if code.startswith("sm_") and a == major and b <= minor:
+            return True
+        if code.startswith("compute_") and (a, b) <= (major, minor):
+            return True
+    return False
+
+
+def _older_than(cuda: str | None, arch: str) -> bool:
+    first = FIRST_CUDA.get(arch)
+    if not cuda or not first:
+        return False
+    return tuple(int(p) for p in re.findall(r"\d+", cuda)[:2]) < first
+
+
+def verdict(framework: str, build: Build, gpu: tuple[str, str] | None, error: TrialError | None) -> str | None:
+    """Why the framework cannot train on this node (one line), or None when it can. gpu: (model, sm_XY)
+    of a real GPU, None where GPUs are emulated; error: the training step's, if it failed."""
+    name = f"{framework} {build.version}" + (f" (CUDA {build.cuda})" if build.cuda else "")
+    if gpu:
+        model, arch = gpu
+        no_kernels = f"{name} has no kernels for {arch} ({model})"
+        if not build.gpu_build:
+            return f"{name} is a CPU build: no kernels for the {model}"
+        if build.archs and not runs_on(build.archs, arch):
+            return no_kernels
+        if build.gpus == 0:
+            return f"{name} sees no GPU here ({model}): its CUDA libraries did not load"
+        if error and (any(w in error.message.lower() for w in NO_KERNEL_WORDS) or _older_than(build.cuda, arch)):
+            return no_kernels
+    if error:
+        return f"one training step failed: {error}"
+    return None
+
+
+def interpreter_problem(command: str, ray_version: str, timeout_s: float = 60) -> str | None:
+    """What keeps an interpreter (a py_executable) from running Ray workers here, or None.
+
+    Ray starts workers with it and, when it cannot, retries for ever in silence: so it is tried first."""
+    words = shlex.split(command)
+    try:
+        out = subprocess.run([*words, "-c", "import ray; print(ray.__version__)"], capture_output=True, text=True,
+                             timeout=timeout_s)
+    except FileNotFoundError:
+        return f"{words[0]}: no such interpreter on this node"
+    except PermissionError:
+        return f"{words[0]}: not executable on this node"
+    except subprocess.TimeoutExpired:
+        return f"{command}: no answer within {timeout_s:g} s"
+    if out.returncode != 0:
+        return f"{command} cannot run Ray workers: {first_line(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else '')}"
+    found = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "?"
+    if found != ray_version:
+        return f"{command} has ray {found}; the cluster runs ray {ray_version} (install ray=={ray_version} there)"
+    return None
+
+
+def _child_env() -> dict[str, str]:
+    """The child imports the same trainables as this process, wherever Ray found them."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+
+
+def _death(code: int) -> str:
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+
+
+def check(framework: str, node_id: str, emulated: bool | None) -> FrameworkCheck:
+    """The check on this node (a Ray task: CUDA_VISIBLE_DEVICES holds the GPU Ray gave it)."""
+    t0 = time.time()
+    ids = [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
+    if emulated is None:  # a joined cluster: each node tells for itself
+        emulated = environment.real_gpu_count() == 0
+    gpu = environment.gpu_architecture(int(ids[0])) if ids and not emulated else None
+    base = {"node_id": node_id, "framework": framework, "hostname": platform.node(), "python": sys.executable,
+            "gpu": gpu[0] if gpu else None, "arch": gpu[1] if gpu else None,
+            "device": "cpu-emulated" if emulated else "gpu"}
+    said: dict[str, object] = {}
+    try:
+        out = subprocess.run([sys.executable, "-m", "trainables.probe", framework, ids[0] if ids else "0",
+                              "1" if emulated else "0"], capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
+                             env=_child_env())
+        for line in out.stdout.splitlines():
+            if line.startswith(PREFIX):
+                said.update(json.loads(line[len(PREFIX):]))
+        died = None if out.returncode == 0 else f"{_death(out.returncode)}: {_last_line(out.stderr)}"
+    except subprocess.TimeoutExpired:
+        died = f"no answer within {STEP_TIMEOUT_S} s"
+    build = Build(**{**said["build"], "archs": tuple(said["build"]["archs"] or ()) or None}) if "build" in said else None
+    reason: str | None
+    if build is None:
+        if "import_error" in said:
+            kind, message, _ = said["import_error"]
+            reason = (f"{framework} is not installed for {sys.executable}" if said.get("missing") else
+                      f"{framework} fails at import: {kind}: {message}")
+        else:
+            reason = f"{framework} ended its process at import ({died or 'without a word'})"
+    else:
+        error = TrialError(*said["step_error"]) if "step_error" in said else (
+            TrialError("ProcessDied", died, "") if died else None)
+        reason = verdict(framework, build, gpu, error)
+    return FrameworkCheck(**base, ok=reason is None, reason=reason, version=build.version if build else None,
+                          cuda=build.cuda if build else None, seconds=round(time.time() - t0, 1))
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+def _say(**what: object) -> None:
+    print(PREFIX + json.dumps(what), flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """The child: import the framework, say its build, train one step (`python -m trainables.probe FRAMEWORK GPU EMULATED`)."""
+    from trainables.config import TrialConfig
+    from trainables.loop import Devices, TrialLoop
+
+    framework, gpu_id, emulated = argv[0], argv[1], argv[2] == "1"
+    devices = Devices.of([gpu_id], emulated)  # before the framework loads: it reads CUDA_VISIBLE_DEVICES once
+    try:
+        backend = importlib.import_module(f"trainables.{framework}.backend")
+    except Exception as e:  # noqa: BLE001 - the framework's own failure is the answer
+        error = trial_error(e)
+        missing = isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == framework
+        _say(import_error=[error.error_type, error.message, error.error_class], missing=missing)
+        return 0
+    _say(build=asdict(backend.build()))
+    cfg = TrialConfig(framework=framework, model="resnet8_cifar", num_gpus=1, batch_per_gpu=2, epochs=1, lr=0.01,
+                      data="synthetic", steps_per_epoch=1, warmup_steps=0, seed=0)
+    try:
+        TrialLoop(cfg, devices, None).run_epoch(0)
+    except Exception as e:  # noqa: BLE001
+        error = trial_error(e)
+        _say(step_error=[error.error_type, error.message, error.error_class])
+        return 0
+    _say(step="ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
