@@ -223,12 +223,14 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
     for line in dashboard.banner(cluster):  # dashboard URL, where its token is, metrics endpoint
         print(line)
     trials = launch.trials
-    # Each framework on each node, in its environment, before any trial: where it can run at all.
-    started = time.time()
-    found = checks.run(cluster.nodes, sorted({t.framework for t in trials}), launch.environments,
-                       environments.code_root(), launch.emulated)
-    if found:
-        print(checks.table(found, launch.environments, time.time() - started))
+    found: list[FrameworkCheck] = []
+    if args.skip_infeasible or not checks.unplaceable(trials, cluster.nodes, found):  # (too big anywhere: stop now)
+        # Each framework on each node, in its environment, before any trial: where it can run at all.
+        started = time.time()
+        found = checks.run(cluster.nodes, sorted({t.framework for t in trials}), launch.environments,
+                           environments.code_root(), launch.emulated)
+        if found:
+            print(checks.table(found, launch.environments, time.time() - started))
     bad = checks.unplaceable(trials, cluster.nodes, found)
     if bad:  # Ray would leave these pending for ever, without a word: say so before anything runs
         print(_infeasible_table([t for t in trials if t.trial_id in bad], cluster.nodes, bad))

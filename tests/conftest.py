@@ -23,3 +23,16 @@ def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     return tmp_path / "results"
+
+
+@pytest.fixture(scope="session")
+def mxnet_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second interpreter holding MXNet and what a trial's worker needs (the driver's Ray), and nothing else:
+    no TensorFlow, no pandas. Built once per test session (pip, from its cache after the project's install)."""
+    import ray
+
+    venv = tmp_path_factory.mktemp("mxnet-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "mxnet==1.9.1", "numpy<2",
+                    f"ray=={ray.__version__}"], check=True, timeout=900, capture_output=True)
+    return venv / "bin" / "python"

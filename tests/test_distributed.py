@@ -188,3 +188,72 @@ def test_a_killed_worker_ends_its_trial_and_the_retry_finishes_it(cluster, tmp_p
     left = wait_for_no_trial_processes()
     assert not left, f"processes left behind: {left}"
     assert not set(first_attempt) & set(trial_processes())
+
+
+@pytest.mark.slow
+def test_framework_errors_in_workers_are_rows_and_the_sweep_goes_on(cluster, tmp_path: Path) -> None:
+    """An MXNetError and a TensorFlow OpError raised in the worker actors of two-node trials: each is a
+    summary row naming the framework's class, and the sweep goes on to its healthy trial."""
+    sweep = tmp_path / "worker_errors.yaml"
+    sweep.write_text("""\
+description: "two-node trials whose workers raise their framework's own errors, and a healthy trial"
+fixed: {model: resnet8_cifar, data: synthetic, epochs: 1, steps_per_epoch: 2, warmup_steps: 1, lr: 0.05}
+include:
+  - {framework: mxnet, nodes: 2, gpus_per_node: 1, kvstore: dist_sync, batch_per_gpu: 100000000}
+  - {framework: tensorflow, nodes: 2, gpus_per_node: 1, batch_per_gpu: 100000000}
+  - {framework: mxnet, num_gpus: 1, batch_per_gpu: 8}
+""")
+    results = tmp_path / "results"
+    out = run_cli(str(sweep), "--address", cluster.address, "--results", str(results), "--scale", "full", timeout=600)
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-3000:]  # some trials failed, none ended the sweep
+    assert "done: 1 completed, 2 failed, 0 not finished" in out.stdout
+    summary = pd.read_parquet(store.run_dirs(results, "worker_errors")[-1] / "trials").set_index(["framework", "nodes"])
+    mxnet_error, tf_error, healthy = (summary.loc[k] for k in (("mxnet", 2), ("tensorflow", 2), ("mxnet", 1)))
+    assert (mxnet_error.status, mxnet_error.error_type, mxnet_error.error_class) == ("failed", "MXNetError", "mxnet.base.MXNetError")
+    assert "larger than 2^31 elements" in mxnet_error.error
+    assert (tf_error.status, tf_error.error_type) == ("oom", "ResourceExhaustedError") and "OOM" in tf_error.error
+    assert tf_error.error_class == "tensorflow.python.framework.errors_impl.ResourceExhaustedError"
+    assert healthy.status == "completed"
+    assert not wait_for_no_trial_processes(), "processes left behind"
+
+
+@pytest.mark.slow
+def test_mxnet_in_its_own_interpreter_one_node_and_two(cluster, mxnet_venv: Path, tmp_path: Path) -> None:
+    """MXNet trials, one-node and dist_sync over two nodes (workers, servers, scheduler), in an interpreter
+    the test built with MXNet and Ray only; TensorFlow asked to run there is found missing before any trial."""
+    sweep = tmp_path / "own_env.yaml"
+    sweep.write_text(f"""\
+description: "MXNet in its own interpreter, on one node and on two"
+fixed: {{model: resnet8_cifar, data: synthetic, epochs: 2, steps_per_epoch: 3, warmup_steps: 1, batch_per_gpu: 8, lr: 0.05}}
+include:
+  - {{framework: mxnet, num_gpus: 1}}
+  - {{framework: mxnet, nodes: 2, gpus_per_node: 1, kvstore: dist_sync}}
+  - {{framework: tensorflow, num_gpus: 1}}
+environments:
+  mxnet: {{py_executable: {mxnet_venv}}}
+""")
+    results = tmp_path / "results"
+    out = run_cli(str(sweep), "--address", cluster.address, "--results", str(results), "--scale", "full",
+                  "--env", f"tensorflow={mxnet_venv}", "--skip-infeasible", timeout=600)
+    assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-3000:]  # the TensorFlow trial is infeasible
+    folder = store.run_dirs(results, "own_env")[-1]
+    summary = pd.read_parquet(folder / "trials").set_index(["framework", "nodes"])
+    epochs = pd.read_parquet(folder / "epochs")
+    assert summary.loc[("tensorflow", 1)].status == "infeasible"
+    assert summary.loc[("tensorflow", 1)].error == f"tensorflow is not installed for {mxnet_venv}"
+    mxnet = epochs[epochs.framework == "mxnet"]
+    assert set(summary.loc["mxnet"].status) == {"completed"} and len(mxnet) == 4
+    # The rows say where they ran: that interpreter, its MXNet and numpy, the sweep's environment.
+    venv_numpy = subprocess.run([str(mxnet_venv), "-c", "import numpy; print(numpy.__version__)"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    assert set(mxnet.python_executable) == {str(mxnet_venv)} and set(mxnet.framework_version) == {"mxnet 1.9.1"}
+    assert set(mxnet.numpy_version) == {venv_numpy} and set(mxnet.environment) == {f"py_executable {mxnet_venv}"}
+    two = mxnet[mxnet.nodes == 2]
+    assert all(len(set(n.split(";"))) == 2 for n in two.ray_node_id)  # a worker on each node
+    # ... and TensorFlow is absent there, as the check found before any trial.
+    checks = store.RunStore(folder).meta.sessions[-1].checks
+    assert {(c.framework, c.ok, c.python) for c in checks} == {("mxnet", True, str(mxnet_venv)),
+                                                               ("tensorflow", False, str(mxnet_venv))}
+    absent = subprocess.run([str(mxnet_venv), "-c", "import tensorflow"], capture_output=True, text=True)
+    assert "No module named 'tensorflow'" in absent.stderr
+    assert not wait_for_no_trial_processes(), "processes left behind"

@@ -1,0 +1,244 @@
+"""Every framework where it can run: environments per framework, the check per node, placement by it.
+
+The GPU verdicts are decided from inputs (a build's CUDA and GPU code, a failed step's message): no
+GPU here. Everything else runs for real: the check's child process imports each framework and trains
+a step on a CPU device, and a two-node Ray cluster has a node whose MXNet is broken.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import run_cli
+
+from sweep import checks, environments, spec, store
+from sweep.environments import Environment
+from sweep.errors import SpecError, UsageError
+from trainables import probe
+from trainables.failure import TrialError
+from trainables.probe import Build, FrameworkCheck
+
+# Measured builds: mxnet-cu117 1.9.1 carries sm_50/60/70/80/86 and no PTX (cuobjdump on its libmxnet.so);
+# tensorflow 2.21's wheel sm_60/70/80/89 and compute_90 (tf.sysconfig.get_build_info()).
+MXNET_CU117 = Build("1.9.1", True, "11.7", None, 1)
+TF_221 = Build("2.21.0", True, "12.5.1", ("sm_60", "sm_70", "sm_80", "sm_89", "compute_90"), 1)
+H100 = ("NVIDIA H100 80GB HBM3", "sm_90")
+A100 = ("NVIDIA A100-SXM4-80GB", "sm_80")
+NO_KERNEL = TrialError("MXNetError", "Check failed: e == cudaSuccess (209 vs. 0) : CUDA: no kernel image is "
+                                     "available for execution on the device", "mxnet.base.MXNetError")
+
+
+def test_verdicts_on_gpus() -> None:
+    # MXNet names no GPU code list: the failed step's CUDA error decides, or its CUDA predating the GPU.
+    assert probe.verdict("mxnet", MXNET_CU117, H100, NO_KERNEL) == \
+        "mxnet 1.9.1 (CUDA 11.7) has no kernels for sm_90 (NVIDIA H100 80GB HBM3)"
+    died = TrialError("ProcessDied", "killed by SIGABRT: terminate called after throwing an instance of 'dmlc::Error'", "")
+    assert probe.verdict("mxnet", MXNET_CU117, H100, died).endswith("has no kernels for sm_90 (NVIDIA H100 80GB HBM3)")
+    assert probe.verdict("mxnet", MXNET_CU117, A100, None) is None
+    assert probe.verdict("mxnet", MXNET_CU117, A100, died) == f"one training step failed: {died}"
+    # TensorFlow lists its GPU code: Hopper runs its compute_90 PTX; an sm_89-less build could not run on Ada.
+    assert probe.verdict("tensorflow", TF_221, H100, None) is None
+    older = Build("2.10.0", True, "11.2", ("sm_35", "sm_50", "sm_60", "sm_70", "sm_75", "compute_80"), 1)
+    assert probe.verdict("tensorflow", older, H100, None) is None  # PTX of an older architecture compiles for a newer one
+    no_ptx = Build("2.x", True, "11.2", ("sm_60", "sm_70", "sm_80"), 1)
+    assert probe.verdict("tensorflow", no_ptx, H100, None) == "tensorflow 2.x (CUDA 11.2) has no kernels for sm_90 (NVIDIA H100 80GB HBM3)"
+    assert probe.verdict("tensorflow", no_ptx, ("NVIDIA A10", "sm_86"), None) is None  # sm_80 machine code runs on 8.6
+    assert probe.verdict("mxnet", Build("1.9.1", False, None, None, 0), A100, None) == \
+        "mxnet 1.9.1 is a CPU build: no kernels for the NVIDIA A100-SXM4-80GB"
+    assert probe.verdict("tensorflow", Build("2.21.0", True, "12.5.1", TF_221.archs, 0), H100, None) == \
+        "tensorflow 2.21.0 (CUDA 12.5.1) sees no GPU here (NVIDIA H100 80GB HBM3): its CUDA libraries did not load"
+    # Emulated GPUs: only the step counts.
+    assert probe.verdict("mxnet", Build("1.9.1", False, None, None, 0), None, None) is None
+
+
+def test_environments_from_sweep_files_and_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "envs.yaml"
+    path.write_text(GOOD + 'environments:\n  mxnet: {py_executable: /opt/mx/bin/python, env_vars: {OMP_PLACES: cores}}\n'
+                    '  tensorflow: {uv: ["tensorflow==2.21.0"]}\n')
+    sweep = spec.load(str(path))
+    assert sweep.environments == {"mxnet": Environment("py_executable", "/opt/mx/bin/python", {"OMP_PLACES": "cores"}),
+                                  "tensorflow": Environment("uv", ("tensorflow==2.21.0",))}
+    chosen = environments.chosen(sweep.environments, ["mxnet={image_uri: nvcr.io/nvidia/mxnet:24.06-py3}"])
+    assert chosen["mxnet"].runtime_env("/code") == {"image_uri": "nvcr.io/nvidia/mxnet:24.06-py3"}
+    assert chosen["tensorflow"].describe() == "uv tensorflow==2.21.0"
+    # An interpreter given relative to the shell becomes absolute; it gets this project's code on PYTHONPATH.
+    _, env = environments.parse_option("mxnet=venvs/mx/bin/python")
+    assert env.value == str(Path.cwd() / "venvs" / "mx" / "bin" / "python")
+    assert env.runtime_env("/code") == {"py_executable": env.value, "env_vars": {"PYTHONPATH": "/code"}}
+
+
+GOOD = 'description: "test"\nfixed: {model: resnet8_cifar, epochs: 1, lr: 0.1, framework: mxnet, num_gpus: 1, batch_per_gpu: 8}\n'
+BAD_ENVIRONMENTS = [
+    ("environments: [mxnet]", "environments: expected a mapping of framework"),
+    ("environments: {torch: {pip: [torch]}}", "environments: unknown framework 'torch'"),
+    ("environments: {mxnet: /opt/python}", "environments: mxnet: expected a mapping with one of py_executable"),
+    ("environments: {mxnet: {py_executable: bin/python}}", "mxnet: py_executable: expected an absolute path"),
+    ("environments: {mxnet: {pip: []}}", "mxnet: pip: expected a non-empty list of requirements"),
+    ("environments: {mxnet: {pip: [mxnet], image_uri: x}}", "mxnet: expected exactly one of py_executable, pip, uv, image_uri, got pip and image_uri"),
+    ("environments: {mxnet: {conda: env}}", "mxnet: unknown key 'conda'"),
+    ("environments: {mxnet: {image_uri: 'a b'}}", "mxnet: image_uri: expected an image name without spaces"),
+    ("environments: {mxnet: {uv: [x], env_vars: [A]}}", "mxnet: env_vars: expected a mapping of NAME: value"),
+]
+
+
+@pytest.mark.parametrize("text,expected", BAD_ENVIRONMENTS, ids=[t for t, _ in BAD_ENVIRONMENTS])
+def test_bad_environment_in_a_sweep_file_is_one_line(text: str, expected: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD + text + "\n")
+    with pytest.raises(SpecError) as err:
+        spec.load(str(path))
+    assert expected in str(err.value) and str(path) in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("option,expected", [
+    ("mxnet", "--env mxnet: expected FRAMEWORK=PYTHON or FRAMEWORK={image_uri: ...}"),
+    ("torch=/usr/bin/python3", "--env torch=/usr/bin/python3: unknown framework 'torch'"),
+    ("mxnet={pip: [unclosed}", "--env mxnet={pip: [unclosed}: malformed YAML"),
+    ("mxnet={pip: mxnet}", "--env mxnet={pip: mxnet}: pip: expected a non-empty list of requirements"),
+])
+def test_bad_env_option_is_one_line(option: str, expected: str) -> None:
+    with pytest.raises(UsageError) as err:
+        environments.chosen({}, [option])
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+
+
+def test_bad_env_option_through_the_cli_is_exit_2_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "good.yaml"
+    path.write_text(GOOD)
+    out = run_cli(str(path), "--env", "torch=/usr/bin/python3", "--results", str(tmp_path / "results"), timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == "error: --env torch=/usr/bin/python3: unknown framework 'torch' " \
+        "(expected one of mxnet, tensorflow)", out.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_run_json_keeps_sessions_checks_and_environments_and_reads_older_files(tmp_path: Path) -> None:
+    check = FrameworkCheck("n1", "mxnet", ok=False, reason="mxnet 1.9.1 (CUDA 11.7) has no kernels for sm_90 (H100)",
+                           version="1.9.1", cuda="11.7", gpu="H100", arch="sm_90", device="gpu")
+    session = store.Session("python -m sweep x", 1.0, "h", 2, None, "0.1.0", None, "2.60.0",
+                            environments={"mxnet": Environment("pip", ("mxnet-cu117==1.9.1",))}, checks=[check])
+    meta = store.RunMeta("x", "r", "smoke", "x.yaml", "0" * 64, None, True, ["t"], sessions=[session])
+    assert store.RunMeta.from_json(meta.to_json(), "run.json") == meta
+    # run.json as the engine wrote it before sessions had checks and environments: read as having none.
+    older = json.loads(meta.to_json())
+    for s in older["sessions"]:
+        del s["checks"], s["environments"]
+    read = store.RunMeta.from_json(json.dumps(older), "run.json")
+    assert read.sessions[0].checks == [] and read.sessions[0].environments == {}
+    assert read.sessions[0].command == "python -m sweep x"
+
+
+def test_unplaceable_trials_and_placement_from_the_checks() -> None:
+    from sweep.cluster import Node
+    from trainables.config import TrialConfig
+
+    nodes = [Node("a" * 56, "10.0.0.1", 8, 4), Node("b" * 56, "10.0.0.2", 8, 4)]
+    broken = "mxnet fails at import: OSError: libmxnet.so: file too short"
+    found = [FrameworkCheck(nodes[0].node_id, "mxnet", ok=True), FrameworkCheck(nodes[1].node_id, "mxnet", ok=False, reason=broken),
+             FrameworkCheck(nodes[0].node_id, "tensorflow", ok=False, reason="tensorflow is not installed for /x/python"),
+             FrameworkCheck(nodes[1].node_id, "tensorflow", ok=False, reason="tensorflow is not installed for /x/python")]
+    one = TrialConfig("mxnet", "resnet8_cifar", num_gpus=2, batch_per_gpu=8, epochs=1, lr=0.1)
+    spread = TrialConfig("mxnet", "resnet8_cifar", num_gpus=2, batch_per_gpu=8, epochs=1, lr=0.1, nodes=2, kvstore="dist_sync")
+    tf = TrialConfig("tensorflow", "resnet8_cifar", num_gpus=1, batch_per_gpu=8, epochs=1, lr=0.1)
+    big = TrialConfig("mxnet", "resnet8_cifar", num_gpus=8, batch_per_gpu=8, epochs=1, lr=0.1)
+    bad = checks.unplaceable([one, spread, tf, big], nodes, found)
+    assert set(bad) == {spread.trial_id, tf.trial_id, big.trial_id}
+    assert bad[tf.trial_id] == "tensorflow is not installed for /x/python"  # every node said the same: said once
+    assert bad[spread.trial_id].startswith("needs 2 nodes with 1 GPUs and 1 CPUs each; mxnet runs on 1 of the cluster's 2 nodes")
+    assert f"node ? bbbbbbbb: {broken}" in bad[spread.trial_id]
+    assert "needs 8 GPUs" in bad[big.trial_id]  # too big anywhere: the resources say it
+    assert checks.placement(found) == {"mxnet": (nodes[0].node_id,)}  # tensorflow runs nowhere: no placement to make
+    assert checks.selector((nodes[0].node_id,)) == {"ray.io/node-id": f"in({nodes[0].node_id})"}
+
+
+def test_the_check_says_why_a_framework_fails_at_import(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A broken install (libmxnet.so not a library): the framework crashes at import, in the check's child."""
+    not_a_library = tmp_path / "libmxnet.so"
+    not_a_library.write_text("not a shared library\n")
+    monkeypatch.setenv("MXNET_LIBRARY_PATH", str(not_a_library))
+    found = probe.check("mxnet", "node", emulated=True)
+    assert not found.ok and found.version is None
+    assert found.reason.startswith("mxnet fails at import: OSError: ") and str(not_a_library) in found.reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework,version", [("mxnet", "1.9.1"), ("tensorflow", "2.21.0")])
+def test_the_check_trains_one_step_of_each_framework_on_a_cpu_device(framework: str, version: str) -> None:
+    found = probe.check(framework, "node", emulated=True)
+    assert found.ok, found.reason
+    assert (found.version, found.cuda, found.device, found.gpu) == (version, None, "cpu-emulated", None)
+
+
+BROKEN_SWEEP = """\
+description: "MXNet and TensorFlow trials on two nodes; MXNet is broken on one of them"
+fixed: {model: resnet8_cifar, data: synthetic, epochs: 1, steps_per_epoch: 2, warmup_steps: 1, batch_per_gpu: 8, lr: 0.05}
+include:
+  - {framework: mxnet, num_gpus: 1, seed: [1, 2, 3, 4]}
+  - {framework: tensorflow, num_gpus: 1}
+  - {framework: mxnet, nodes: 2, gpus_per_node: 1, kvstore: dist_sync}
+"""
+
+
+@pytest.fixture(scope="module")
+def broken_node(tmp_path_factory: pytest.TempPathFactory):
+    """Two Ray nodes (2 fake GPUs each); on the second, libmxnet.so is not a library (a broken install):
+    MXNet fails at import there, in any trial or check its raylet starts."""
+    from ray.cluster_utils import Cluster
+
+    not_a_library = tmp_path_factory.mktemp("broken") / "libmxnet.so"
+    not_a_library.write_text("not a shared library\n")
+    node = {"num_cpus": 2, "num_gpus": 2}
+    cluster = Cluster(initialize_head=True, head_node_args=node)
+    broken = cluster.add_node(**node, env_vars={"MXNET_LIBRARY_PATH": str(not_a_library)})
+    cluster.wait_for_nodes()
+    try:
+        yield cluster, broken.node_id
+    finally:
+        cluster.shutdown()
+
+
+def run_broken(cluster, tmp_path: Path, *options: str) -> tuple[object, Path]:
+    """BROKEN_SWEEP on the cluster: the CLI's output, and the results folder."""
+    path = tmp_path / "broken.yaml"
+    path.write_text(BROKEN_SWEEP)
+    results = tmp_path / "results"
+    return run_cli(str(path), "--address", cluster.address, "--results", str(results), "--scale", "full", *options,
+                   timeout=600), results
+
+
+@pytest.mark.slow
+def test_a_trial_whose_framework_runs_on_too_few_nodes_stops_the_run(broken_node, tmp_path: Path) -> None:
+    cluster, broken = broken_node
+    out, results = run_broken(cluster, tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stdout[-3000:] + out.stderr
+    assert "1 of 6 trials fit no node" in out.stderr and "--skip-infeasible" in out.stderr
+    table = out.stdout[out.stdout.index("framework checks"):]
+    lines = {(line.split()[1], line.split()[2]): line for line in table.splitlines()[2:6]}  # (node, framework)
+    assert "FAILED: mxnet fails at import: OSError" in lines[(broken[:8], "mxnet")]
+    assert [line.endswith("  OK") for key, line in sorted(lines.items()) if key != (broken[:8], "mxnet")] == [True] * 3
+    assert "mxnet runs on 1 of the cluster's 2 nodes" in table  # the infeasible table's reason
+    assert not results.exists()
+
+
+@pytest.mark.slow
+def test_trials_go_only_to_the_nodes_where_their_framework_runs(broken_node, tmp_path: Path) -> None:
+    cluster, broken = broken_node
+    out, results = run_broken(cluster, tmp_path, "--skip-infeasible")
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]  # the two-node MXNet trial is infeasible
+    run_dir = store.run_dirs(results, "broken")[-1]
+    summary = pd.read_parquet(run_dir / "trials").set_index(["framework", "nodes", "seed"]).sort_index()
+    epochs = pd.read_parquet(run_dir / "epochs")
+    # Every MXNet trial ran, and on the healthy node: one placed on the broken node would have failed at import.
+    mxnet = epochs[epochs.framework == "mxnet"]
+    assert mxnet.trial_id.nunique() == 4 and set(mxnet.ray_node_id) == {cluster.head_node.node_id}
+    assert (summary.loc["mxnet", 1].status == "completed").all() and summary.loc[("tensorflow", 1, 0)].status == "completed"
+    spread = summary.loc[("mxnet", 2, 0)]
+    assert spread.status == "infeasible" and "mxnet runs on 1 of the cluster's 2 nodes" in spread.error
+    assert "mxnet fails at import: OSError" in spread.error
+    # run.json keeps the checks, typed.
+    session = store.RunStore(run_dir).meta.sessions[-1]
+    assert {(c.node_id == broken, c.framework, c.ok) for c in session.checks} == {
+        (False, "mxnet", True), (True, "mxnet", False), (False, "tensorflow", True), (True, "tensorflow", True)}
+    assert all(c.version and c.device == "cpu-emulated" for c in session.checks if c.ok)
+
