@@ -11,6 +11,8 @@ GPUs are emulated). The driver imports no framework for it. From the checks:
 """
 from __future__ import annotations
 
+import os
+import platform
 from typing import Any
 
 from sweep.cluster import Node, infeasible
@@ -36,12 +38,14 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
     # An interpreter Ray cannot start workers with makes Ray retry for ever: try it first, in the
     # driver's environment on the same node.
     interpreters = [(node, fw) for node, fw in targets if fw in envs and envs[fw].kind == "py_executable"]
-    refs = {ray.remote(interpreter_problem).options(**_on(node)).remote(str(envs[fw].value), ray.__version__): (node, fw)
+    # The driver's Python is the cluster's, to the level Ray requires (it refuses a driver otherwise).
+    versions = (ray.__version__, platform.python_version(), os.environ.get("RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL", "patch"))
+    refs = {ray.remote(interpreter_problem).options(**_on(node)).remote(str(envs[fw].value), *versions): (node, fw)
             for node, fw in interpreters}
     for (node, fw), problem in _gather(refs, TIMEOUT_S["default"]).items():
         if problem is not None:
             found[(node.node_id, fw)] = FrameworkCheck(node.node_id, fw, ok=False, reason=problem,
-                                                       python=str(envs[fw].value))
+                                                       hostname=node.address, python=str(envs[fw].value))
     task = ray.remote(check)
     refs = {}
     for node, fw in targets:
@@ -55,7 +59,7 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
     timeout = max((TIMEOUT_S[envs[fw].kind if fw in envs else "default"] for _, fw in targets), default=0)
     for (node, fw), result in _gather(refs, timeout).items():
         found[(node.node_id, fw)] = result if isinstance(result, FrameworkCheck) else FrameworkCheck(
-            node.node_id, fw, ok=False, reason=result)
+            node.node_id, fw, ok=False, reason=result, hostname=node.address)
     return [found[(node.node_id, fw)] for node, fw in targets]
 
 

@@ -19,6 +19,10 @@ from typing import Any, Callable
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+# The first worker or raylet message the driver prints (a check's failed environment, a worker that
+# died) would swap builtins.print for Ray's tqdm-safe one, and Tune, pickling the console view's
+# `print` by reference, would then fail the whole run ("Can't pickle <built-in function print>").
+os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
 
 from ray import tune  # noqa: E402
 

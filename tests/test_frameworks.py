@@ -152,6 +152,27 @@ def test_unplaceable_trials_and_placement_from_the_checks() -> None:
     assert checks.selector((nodes[0].node_id,)) == {"ray.io/node-id": f"in({nodes[0].node_id})"}
 
 
+def test_an_interpreter_ray_cannot_start_workers_with_is_refused_before_ray_tries() -> None:
+    """Ray retries a py_executable it cannot start for ever, and reports a worker of another Python or Ray
+    as a version mismatch: the check tries the interpreter first."""
+    import platform
+    import sys
+
+    import ray
+
+    here = platform.python_version()
+    assert probe.interpreter_problem(sys.executable, ray.__version__, here) is None
+    assert probe.interpreter_problem("/nonexistent/python", ray.__version__, here) == \
+        "/nonexistent/python: no such interpreter on this node"
+    assert probe.interpreter_problem(sys.executable, "2.0.0", here).endswith(
+        f"has ray {ray.__version__}; the cluster runs ray 2.0.0 (install ray==2.0.0 there)")
+    assert probe.interpreter_problem(sys.executable, ray.__version__, "3.10.0") == (
+        f"{sys.executable} is python {here}; the cluster runs python 3.10.0, and Ray's workers need the same "
+        "(to the patch version)")
+    assert probe.interpreter_problem(f"{sys.executable} -S", ray.__version__, here).startswith(
+        f"{sys.executable} -S cannot run Ray workers: ModuleNotFoundError: No module named")  # -S: no site-packages
+
+
 def test_the_check_says_why_a_framework_fails_at_import(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A broken install (libmxnet.so not a library): the framework crashes at import, in the check's child."""
     not_a_library = tmp_path / "libmxnet.so"

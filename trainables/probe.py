@@ -61,7 +61,7 @@ class FrameworkCheck:
     framework: str
     ok: bool
     reason: str | None = None  # one line, when not ok
-    hostname: str | None = None
+    hostname: str | None = None  # the node's, or its address where the check could not say
     python: str | None = None  # the interpreter the framework ran in
     version: str | None = None  # the framework's
     cuda: str | None = None  # the CUDA it was built with
@@ -125,14 +125,17 @@ def verdict(framework: str, build: Build, gpu: tuple[str, str] | None, error: Tr
     return None
 
 
-def interpreter_problem(command: str, ray_version: str, timeout_s: float = 60) -> str | None:
-    """What keeps an interpreter (a py_executable) from running Ray workers here, or None.
+def interpreter_problem(command: str, ray_version: str, python_version: str, level: str = "patch",
+                        timeout_s: float = 60) -> str | None:
+    """What keeps an interpreter (a py_executable) from running this cluster's Ray workers, or None.
 
-    Ray starts workers with it and, when it cannot, retries for ever in silence: so it is tried first."""
+    Ray starts workers with it and, when it cannot, retries for ever in silence; a worker of another Ray
+    or Python than the cluster's starts, but Ray reports a version mismatch (at Ray's own level of Python
+    version, RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL: patch unless set). So it is tried first."""
     words = shlex.split(command)
     try:
-        out = subprocess.run([*words, "-c", "import ray; print(ray.__version__)"], capture_output=True, text=True,
-                             timeout=timeout_s)
+        out = subprocess.run([*words, "-c", "import platform, ray; print(ray.__version__, platform.python_version())"],
+                             capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
         return f"{words[0]}: no such interpreter on this node"
     except PermissionError:
@@ -140,10 +143,15 @@ def interpreter_problem(command: str, ray_version: str, timeout_s: float = 60) -
     except subprocess.TimeoutExpired:
         return f"{command}: no answer within {timeout_s:g} s"
     if out.returncode != 0:
-        return f"{command} cannot run Ray workers: {first_line(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else '')}"
-    found = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "?"
-    if found != ray_version:
-        return f"{command} has ray {found}; the cluster runs ray {ray_version} (install ray=={ray_version} there)"
+        return f"{command} cannot run Ray workers: {first_line(_last_line(out.stderr))}"
+    said = out.stdout.split()
+    ray_there, python_there = said[-2:] if len(said) >= 2 else ("?", "?")
+    if ray_there != ray_version:
+        return f"{command} has ray {ray_there}; the cluster runs ray {ray_version} (install ray=={ray_version} there)"
+    parts = 2 if level == "minor" else 3
+    if python_there.split(".")[:parts] != python_version.split(".")[:parts]:
+        return (f"{command} is python {python_there}; the cluster runs python {python_version}, "
+                f"and Ray's workers need the same (to the {level} version)")
     return None
 
 
