@@ -7,6 +7,7 @@ a step on a CPU device, and a two-node Ray cluster has a node whose MXNet is bro
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -173,6 +174,30 @@ def test_an_interpreter_ray_cannot_start_workers_with_is_refused_before_ray_trie
         f"{sys.executable} -S cannot run Ray workers: ModuleNotFoundError: No module named")  # -S: no site-packages
 
 
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# The NVIDIA driver's tool as it answers on an H100 node (the one thing here that cannot be real).
+case "$*" in
+  *compute_cap*) echo "NVIDIA H100 80GB HBM3, 9.0" ;;
+  *driver_version*) echo "NVIDIA H100 80GB HBM3, 580.159.04" ;;
+  -L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)" ;;
+  *) echo "| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0 |" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("framework,version", [("mxnet", "1.9.1"), ("tensorflow", "2.21.0")])
+def test_the_check_on_a_gpu_node_finds_a_cpu_build(framework: str, version: str, monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    """The GPU path of the check, with only the GPU faked (nvidia-smi): this machine's builds are CPU builds."""
+    (tmp_path / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the GPU Ray gave the check's task
+    found = probe.check(framework, "node", emulated=None)  # a joined cluster: the node says it has a GPU
+    assert (found.gpu, found.arch, found.device, found.version) == ("NVIDIA H100 80GB HBM3", "sm_90", "gpu", version)
+    assert not found.ok and found.reason == f"{framework} {version} is a CPU build: no kernels for the NVIDIA H100 80GB HBM3"
+
+
 def test_the_check_says_why_a_framework_fails_at_import(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A broken install (libmxnet.so not a library): the framework crashes at import, in the check's child."""
     not_a_library = tmp_path / "libmxnet.so"
@@ -191,6 +216,18 @@ include:
   - {framework: tensorflow, num_gpus: 1}
   - {framework: mxnet, nodes: 2, gpus_per_node: 1, kvstore: dist_sync}
 """
+
+
+def test_a_framework_that_runs_on_no_node_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "good.yaml"
+    path.write_text(GOOD)
+    results = tmp_path / "results"
+    out = run_cli(str(path), "--env", "mxnet=/nonexistent/python", "--results", str(results), timeout=300)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stdout[-3000:] + out.stderr
+    assert "1 of 1 trials fit no node" in out.stderr and "--skip-infeasible" in out.stderr
+    assert "FAILED: /nonexistent/python: no such interpreter on this node" in out.stdout  # the checks' table
+    assert out.stdout.rstrip().endswith("/nonexistent/python: no such interpreter on this node")  # the infeasible table
+    assert not results.exists()
 
 
 @pytest.fixture(scope="module")
