@@ -334,7 +334,7 @@ class SweepView(tune.Callback):
     # Tune's callbacks
 
     def _label(self, config: TrialConfig) -> str:
-        return config.label(self.plan.runtime.label_axes)
+        return self.plan.runtime.describe(config)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         config = trial_of(trial.config)

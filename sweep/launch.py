@@ -244,7 +244,7 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
         bound = packing.lower_bound(trials, seconds, cluster.total_gpus)
         print(f"trial order: {how}, estimated makespan {makespan / bound:.2f} x the lower bound")
     runtime = TrialRuntime(run_dir=str(run.dir), data_dir=launch.data_dir, emulated=launch.emulated,
-                           columns=columns, label_axes=spec.varying_axes(launch.all_trials))
+                           columns=columns, label_axes=spec.label_axes(launch.all_trials))
     plan = runner.RunPlan(sweep=launch.sweep, trials=trials, total=len(launch.all_trials), store=run,
                           runtime=runtime, max_concurrent=args.max_concurrent, max_failures=args.max_failures,
                           session=len(meta.sessions))

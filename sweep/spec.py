@@ -296,6 +296,23 @@ def varying_axes(trials: list[TrialConfig]) -> tuple[str, ...]:
     return tuple(name for name in varying if name not in redundant)
 
 
+LABELLED = ("framework", "model", "num_gpus", "batch_per_gpu", "lr")  # what every trial's label names (TrialConfig.label)
+
+
+def label_axes(trials: list[TrialConfig]) -> dict[str, tuple[str, ...]]:
+    """Per trial, the settings its label adds to the usual ones so that no two trials of the sweep read
+    the same: those that vary among the trials sharing its framework, model, GPUs, batch and lr."""
+    axes = varying_axes(trials)
+    groups: dict[tuple, list[TrialConfig]] = {}
+    for t in trials:
+        groups.setdefault(tuple(getattr(t, k) for k in LABELLED), []).append(t)
+    out = {}
+    for group in groups.values():
+        extra = tuple(a for a in axes if a not in LABELLED and len({repr(getattr(t, a)) for t in group}) > 1)
+        out.update({t.trial_id: extra for t in group})
+    return out
+
+
 def _product(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
     keys = list(axes)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]

@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,11 +34,16 @@ class TrialRuntime:
     data_dir: str | None  # None: no CIFAR-10, every trial runs on synthetic data
     emulated: bool | None  # None: a joined cluster, where each node tells for itself
     columns: dict[str, Any]  # what every row of the run carries: sweep, run_id, scale, the engine
-    label_axes: tuple[str, ...] = ()  # the settings the sweep varies: named in every trial's label
+    # trial id -> the settings its label adds so that no two trials read the same (spec.label_axes)
+    label_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def describe(self, config: TrialConfig) -> str:
+        """A trial's settings in one phrase, as the console's lines name it."""
+        return config.label(self.label_axes.get(config.trial_id, ()))
 
     def label(self, config: TrialConfig) -> str:
-        """A trial as the dashboard's actors and the console name it: `<sweep>-<trial id> <settings>`."""
-        return f"{self.columns['sweep']}-{config.trial_id} {config.label(self.label_axes)}"
+        """A trial as the dashboard's actors and the live view name it: `<sweep>-<trial id> <settings>`."""
+        return f"{self.columns['sweep']}-{config.trial_id} {self.describe(config)}"
 
 
 def trial_of(config: dict[str, Any]) -> TrialConfig:
