@@ -6,6 +6,7 @@ error. The expected checksum is passed in, as a user with a mirror would. Nothin
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import os
@@ -13,6 +14,7 @@ import pty
 import re
 import resource
 import select
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -43,6 +45,7 @@ class Served:
     cut_after: list[int] = field(default_factory=list)  # the next requests: bytes sent before the cut
     status: int | None = None  # answer every request with this error
     ignore_range: bool = False  # answer every request with the whole file (200), as some servers do
+    claimed_length: int | None = None  # a Content-Length other than the body's (a wrong URL's huge file)
     ranges: list[str | None] = field(default_factory=list)
 
 
@@ -67,7 +70,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         else:
             self.send_response(200)
-        self.send_header("Content-Length", str(len(body) - start))
+        self.send_header("Content-Length", str(served.claimed_length or len(body) - start))
         self.end_headers()
         payload = body[start:]
         if served.cut_after:  # send part of the body, then close: the client sees the connection drop
@@ -126,6 +129,9 @@ def assert_same_data(data_dir: Path, source_data: Path) -> None:
 def test_fetch_downloads_verifies_and_unpacks(server, archive: bytes, source_data: Path, tmp_path: Path) -> None:
     url, served = server
     served.body = archive
+    stale = tmp_path / "data" / (datasets.UNPACKING + "killed")  # left by a fetch killed while unpacking
+    stale.mkdir(parents=True)
+    (stale / "data_batch_1").write_bytes(b"half")
     out = fetch(url, archive, tmp_path / "data")
     assert out.returncode == 0, out.stdout + out.stderr
     assert served.ranges == [None]
@@ -145,6 +151,44 @@ def test_data_already_there_needs_no_server(source_data: Path, tmp_path: Path) -
         out = run_cli("data", "fetch", "cifar10", "--data-dir", str(folder), "--url", "http://127.0.0.1:1/x",
                       timeout=60, env=NO_PROXY)
         assert out.returncode == 0 and "nothing to fetch" in out.stdout, out.stdout + out.stderr
+
+
+def test_broken_data_already_there_is_named_not_replaced(source_data: Path, tmp_path: Path) -> None:
+    shutil.copytree(source_data, tmp_path / "data")
+    (tmp_path / "data" / data.FOLDER / "test_batch").write_bytes(b"garbage")
+    line = one_error_line(run_cli("data", "fetch", "cifar10", "--data-dir", str(tmp_path / "data"),
+                                  "--url", "http://127.0.0.1:1/x", timeout=60, env=NO_PROXY))
+    assert "test_batch" in line and "move it away and fetch again" in line
+    assert (tmp_path / "data" / data.FOLDER / "test_batch").read_bytes() == b"garbage"
+
+
+def test_whole_download_not_yet_unpacked_needs_no_request(server, archive: bytes, source_data: Path,
+                                                          tmp_path: Path) -> None:
+    url, served = server
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / datasets.PART).write_bytes(archive)  # a fetch killed after its download
+    out = fetch(url, archive, tmp_path / "data")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert served.ranges == []
+    assert_same_data(tmp_path / "data", source_data)
+
+
+def test_a_second_fetch_into_the_same_folder_is_refused(server, archive: bytes, tmp_path: Path) -> None:
+    url, served = server
+    served.body = archive
+    (tmp_path / "data").mkdir()
+    with open(tmp_path / "data" / datasets.PART, "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a fetch that is downloading holds it
+        line = one_error_line(fetch(url, archive, tmp_path / "data"))
+    assert "another fetch is writing" in line and served.ranges == []
+
+
+def test_more_than_cifar10s_archive_is_refused_before_download(server, archive: bytes, tmp_path: Path) -> None:
+    url, served = server
+    served.body, served.claimed_length = archive, 5 << 30  # a wrong URL: a 5 GiB file
+    line = one_error_line(fetch(url, archive, tmp_path / "data"))
+    assert "offers 5120 MiB, more than CIFAR-10's archive" in line
+    assert not (tmp_path / "data").exists()
 
 
 def test_cut_connection_resumes_with_a_range_request(server, archive: bytes, source_data: Path,
