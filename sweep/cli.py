@@ -1,4 +1,4 @@
-"""python -m sweep: list | show NAME | [run] NAME|PATH.yaml [options] | status NAME | report NAME|RUN_DIR.
+"""python -m sweep: list | show NAME | [run] NAME|PATH.yaml [options] | status NAME | report NAME|RUN_DIR | data fetch cifar10.
 
 Exit codes: 0 every trial completed; 1 some trials failed (their rows are written); 2 a usage, spec,
 data or feasibility error, reported in one line. The driver never imports MXNet or TensorFlow.
@@ -14,7 +14,7 @@ from sweep import spec
 from sweep.errors import UsageError, UserError
 from trainables.config import TrialConfig
 
-COMMANDS = ("list", "show", "run", "report", "status")
+COMMANDS = ("list", "show", "run", "report", "status", "data")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR"),
                      help="folder holding cifar-10-batches-py/ or cifar-10-python.tar.gz "
                           "(default: $SWEEP_DATA_DIR, else data/; a resume keeps its run's)")
+    run.add_argument("--fetch-data", action="store_true",
+                     help="download CIFAR-10 into --data-dir if it is not there, without asking "
+                          "(as `data fetch cifar10` does)")
     run.add_argument("--emulate-gpus", type=int, metavar="N",
                      help="fake N GPUs in the embedded Ray, each trial training on as many CPU devices")
     run.add_argument("--max-concurrent", type=int, metavar="N", help="at most N trials at once")
@@ -58,6 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--against", metavar="RUN_B", help="compare with this run: every number as B/A")
     report.add_argument("--target-acc", type=float, metavar="X", help="accuracy target (default: the sweep file's)")
     report.add_argument("--results", default="results", help="results root for a sweep name: a folder or a filesystem URI (default: results/)")
+    data = sub.add_parser("data", help="data sets: data fetch cifar10")
+    data_sub = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    fetch = data_sub.add_parser("fetch", help="download CIFAR-10, verify it and unpack it where `run` reads it")
+    fetch.add_argument("dataset", choices=["cifar10"])
+    fetch.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR") or "data",
+                       help="where cifar-10-batches-py/ goes (default: $SWEEP_DATA_DIR, else data/, as for run)")
+    fetch.add_argument("--url", help="a mirror of cifar-10-python.tar.gz (default: $SWEEP_CIFAR10_URL, "
+                                     "else https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz)")
+    fetch.add_argument("--checksum", metavar="ALGO:HEX",
+                       help="md5:HEX or sha256:HEX of another archive (default: $SWEEP_CIFAR10_CHECKSUM, "
+                            "else the official archive's MD5 and SHA-256)")
     return parser
 
 
@@ -125,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "show":
             return cmd_show(args)
+        if args.command == "data":  # `data fetch cifar10`, the one data set there is
+            from sweep.datasets import fetch_cifar10, source
+            fetch_cifar10(args.data_dir, source(args.url, args.checksum))
+            return 0
         if args.command == "status":
             from sweep.runs import cmd_status
             return cmd_status(args)

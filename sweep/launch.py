@@ -160,13 +160,15 @@ def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[TrialConfig],
     if data.has_cifar10(data_dir):
         data.load_cifar10(data_dir)  # a bad file fails the run here, not every trial
         return data_dir
-    if scale == "smoke":
+    if scale == "smoke" and not args.fetch_data:
         print(f"no CIFAR-10 under {data_dir}: the smoke scale trains on synthetic data (accuracy columns null)")
         if sweep.early_stopping:
             print("early stopping ranks trials by val_acc, which synthetic data lacks: it is off for this run")
         return None
-    raise UsageError(f"{data_dir}: no cifar-10-batches-py/ or cifar-10-python.tar.gz "
-                     "(give --data-dir, or --scale smoke to run on synthetic data)")
+    from sweep import datasets  # asks on a terminal, fetches with --fetch-data, else names the command
+
+    datasets.fetch_for_run(data_dir, ask=not args.fetch_data)
+    return data_dir
 
 
 def _git_commit() -> str | None:

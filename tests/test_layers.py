@@ -6,7 +6,8 @@ from its own layer or those below it, never above:
 
   entry          sweep.__main__, sweep.cli
   commands       sweep.launch (run), sweep.runs (status), sweep.report.* (report)
-  driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.spec
+  driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.spec,
+                 sweep.datasets
   trial process  sweep.trial, sweep.workers
   store          sweep.store, sweep.schema, sweep.location, sweep.errors
   frameworks     trainables.mxnet.*, trainables.tensorflow.*
@@ -28,7 +29,8 @@ from conftest import ROOT
 LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
     ("commands", {"sweep.launch", "sweep.runs", "sweep.report"}),
-    ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.spec"}),
+    ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.spec",
+                "sweep.datasets"}),
     ("trial process", {"sweep.trial", "sweep.workers"}),
     ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors"}),
     ("frameworks", {"trainables.mxnet", "trainables.tensorflow"}),
