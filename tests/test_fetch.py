@@ -32,6 +32,7 @@ from cifar_files import write_archive, write_cifar10
 from conftest import ROOT, SWEEPS, run_cli
 
 from sweep import datasets, store
+from sweep.errors import FetchError
 from trainables import data
 
 NO_PROXY = {"no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}  # a proxy in the environment must not see these
@@ -359,7 +360,7 @@ def test_hostile_archive_is_refused_before_anything_is_written(kind: str, server
     members, why = HOSTILE[kind]
     served.body = pack(source_data, members(tmp_path))
     root = tmp_path / "data"
-    with pytest.raises(datasets.FetchError) as refused:
+    with pytest.raises(FetchError) as refused:
         datasets.fetch_cifar10(root, datasets.Source(url, (("sha256", sha256(served.body)[7:]),)), io.StringIO())
     message = str(refused.value)
     assert "\n" not in message and why in message and "refused" in message, message
@@ -374,7 +375,7 @@ def test_files_beyond_cifar10s_total_are_refused(server, source_data: Path, tmp_
     served.body = pack(big, [regular(f"{F}/{name}", 30 << 20) for name in (*data.TRAIN_FILES, data.TEST_FILE,
                                                                             "batches.meta")])
     src = datasets.Source(url, (("sha256", sha256(served.body)[7:]),))
-    with pytest.raises(datasets.FetchError, match="hold more than 192 MiB"):
+    with pytest.raises(FetchError, match="hold more than 192 MiB"):
         datasets.fetch_cifar10(tmp_path / "data", src, io.StringIO())
     assert not (tmp_path / "data").exists()
 
@@ -386,7 +387,7 @@ def test_decompressed_stream_is_capped(server, source_data: Path, tmp_path: Path
     monkeypatch.setattr(datasets._Capped, "LIMIT", 1 << 20)
     served.body = pack(source_data, [regular(f"{F}/readme.html", 2 << 20)])
     src = datasets.Source(url, (("sha256", sha256(served.body)[7:]),))
-    with pytest.raises(datasets.FetchError, match="unpacks to more than 1 MiB"):
+    with pytest.raises(FetchError, match="unpacks to more than 1 MiB"):
         datasets.fetch_cifar10(tmp_path / "data", src, io.StringIO())
 
 
