@@ -75,5 +75,6 @@ def value_text(value: Any) -> str:
 
 
 def options(overrides: dict[str, Any]) -> str:
-    """The --set options that give these settings, shell-quoted: for messages and commands to copy."""
-    return " ".join(f"--set {shlex.quote(f'{k}={value_text(v)}')}" for k, v in overrides.items())
+    """The --set options that give these settings, shell-quoted, by name (as run.json keeps them): for messages
+    and commands to copy."""
+    return " ".join(f"--set {shlex.quote(f'{k}={value_text(v)}')}" for k, v in sorted(overrides.items()))
