@@ -206,7 +206,8 @@ class History:
 
 
 def history(results: Location) -> History:
-    """Every run of every sweep in the store; a damaged run only costs its own measurements."""
+    """Every run of every sweep in the store. A damaged run costs only what it cannot give: its trials'
+    times come from its summary rows, its sessions' gaps from its run.json."""
     found: list[Measurement] = []
     gaps: list[Gap] = []
     for name in sweep_names(results):

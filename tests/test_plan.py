@@ -272,3 +272,29 @@ def test_the_benchmark_replays_the_history_as_the_runs_saw_it(runs: EngineRuns) 
     makespan = runs.trials(1).ended_at.max() - runs.trials(1).started_at.min()
     assert replayed == made.strip("(") and float(taken) == pytest.approx(makespan, abs=0.05)
     assert "trial estimates: median |error|" in out.stdout and "over 2 trials" in out.stdout
+
+
+def test_a_run_json_from_before_plans_and_set_still_reads(runs: EngineRuns) -> None:
+    """An engine-made run.json with the fields this feature added taken out, as earlier engines wrote it."""
+    raw = json.loads((runs.run_dir(1) / "run.json").read_text())
+    del raw["overrides"]
+    for session in raw["sessions"]:
+        del session["estimate"]
+    meta = store.RunMeta.from_json(json.dumps(raw), "run.json")
+    assert meta.overrides == {} and meta.sessions[0].estimate is None
+    assert meta.sessions[0].command == runs.meta(1).command and meta.trials == runs.meta(1).trials
+
+
+def test_a_damaged_run_is_listed_as_such_and_can_still_be_deleted(runs: EngineRuns, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(runs.results, results)
+    first, second = runs.run_ids
+    (results / "tiny_mxnet" / first / "run.json").write_text("{not json")
+    listed = cli(capsys, "runs", "--results", str(results))
+    assert listed.returncode == 0, listed.stderr
+    assert f"tiny_mxnet {first}: unreadable:" in listed.stdout and f"tiny_mxnet  {second}" in listed.stdout
+    plan = cli(capsys, "plan", SWEEP, *SETS, "--results", str(results))  # its summary rows still teach
+    assert plan.returncode == 0 and "in 2 earlier runs on" in plan.stdout, plan.stdout + plan.stderr
+    gone = cli(capsys, "rm", "tiny_mxnet", first, "--yes", "--results", str(results))
+    assert gone.returncode == 0 and not (results / "tiny_mxnet" / first).exists(), gone.stdout + gone.stderr
