@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-failed", action="store_true", help="with --resume: run failed and OOM trials again")
     run.add_argument("--force", action="store_true", help="with --resume: resume although the sweep file or --set changed")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
-    status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run")
+    status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run (or --run)")
     status.add_argument("sweep", help="sweep name or path to a .yaml file")
     status.add_argument("--run", metavar="RUN_ID", help="this run instead of the latest (python -m sweep runs lists them)")
     status.add_argument("--results", default="results", help=RESULTS_HELP)

@@ -178,12 +178,14 @@ def simulated_makespan(session: SessionRun, seconds: dict[str, float]) -> float:
 
 
 def session_gaps(meta: RunMeta, rows: list[dict[str, Any]]) -> list[Gap]:
-    """One Gap for each session whose planned trials (two or more: one alone has no gap) all ran in it;
-    found by bisection, as the makespan grows with the gap."""
+    """One Gap for each session whose planned trials (two or more: one alone has no gap) all ran in it from
+    their start (a resumed trial's wall time counts its earlier epochs); found by bisection, as the makespan
+    grows with the gap."""
     out = []
     for session in estimated_sessions(meta, rows):
         hardware = hardware_of(next(iter(session.rows.values()))) if session.rows else None
-        if not session.complete or len(session.rows) < 2 or hardware is None:
+        if (not session.complete or len(session.rows) < 2 or hardware is None
+                or any(r.get("attempts") != 1 for r in session.rows.values())):
             continue
         walls = {tid: r["wall_time_s"] for tid, r in session.rows.items()}
         taken = session.makespan_s
