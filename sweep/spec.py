@@ -18,7 +18,7 @@ import itertools
 import math
 import re
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -145,6 +145,7 @@ class Sweep:
     raw: dict[str, Any]
     target_acc: float | None
     early_stopping: dict[str, int] | None  # ASHA's grace_period and reduction_factor
+    overrides: dict[str, Any] = field(default_factory=dict)  # --set key=value (sweep/overrides.py): over every trial
 
     def trials(self, scale: str) -> list[TrialConfig]:
         return expand(self, scale)
@@ -337,11 +338,28 @@ def expand(sweep: Sweep, scale: str) -> list[TrialConfig]:
         partials = [{}]
     trials: dict[str, TrialConfig] = {}
     for point in partials:
-        config = _resolve(where, scale, {**fixed, **point})
+        config = _resolve(where, scale, _overridden({**fixed, **point}, sweep.overrides))
         trials.setdefault(config.trial_id, config)
     if not trials:
         raise SpecError(f"{where}: grid: expected at least one trial at scale '{scale}' (empty grid and no include)")
     return list(trials.values())
+
+
+# A setting that replaces another way of saying the same: --set num_gpus=4 drops the file's gpus_per_node,
+# --set base_lr=0.2 its lr (so that the linear scaling rule applies), and the other way round.
+ALTERNATIVES = {"num_gpus": ("gpus_per_node",), "gpus_per_node": ("num_gpus",), "lr": ("base_lr", "base_batch"),
+                "base_lr": ("lr",), "base_batch": ("lr",)}
+
+
+def _overridden(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A trial's settings with the command line's --set values over the file's."""
+    dropped = {alt for key in overrides for alt in ALTERNATIVES.get(key, ()) if alt not in overrides}
+    return {**{k: v for k, v in values.items() if k not in dropped}, **overrides}
+
+
+def yaml_value(text: str) -> Any:
+    """One value written as in a sweep file (1e-4 a number, [30, 60] a list, null None)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def _resolve(where: str, scale: str, values: dict[str, Any]) -> TrialConfig:

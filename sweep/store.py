@@ -46,6 +46,31 @@ def gpu_hours(num_gpus: int, seconds: float) -> float:
 
 
 @dataclass(frozen=True)
+class PlannedTrial:
+    """One trial as a session's plan expected it (sweep/plan.py): its estimated wall time and where that came from."""
+
+    trial_id: str
+    seconds: float | None  # None: nothing to estimate it from (no earlier run on this hardware)
+    source: str  # "measured" (earlier runs of this trial), "model" (its model's cost) or "none"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a session's plan expected, recorded before its trials start, so that what they took can be compared."""
+
+    hardware: str  # what the estimates were made for (sweep/estimates.py Hardware)
+    trials: list[PlannedTrial]  # in the order they were handed to Tune
+    makespan_s: float | None  # first start to last end, simulated; None without estimates
+    node_gpus: list[float]  # the cluster the makespan was simulated on
+    node_cpus: list[float]
+    max_concurrent: int | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Estimate:
+        return cls(**{**raw, "trials": [PlannedTrial(**t) for t in raw["trials"]]})
+
+
+@dataclass(frozen=True)
 class Session:
     """One start of a run's driver: the first run, then each --resume."""
 
@@ -57,6 +82,12 @@ class Session:
     engine_version: str
     git_commit: str | None
     ray_version: str
+    estimate: Estimate | None = None  # the plan of this session's trials (absent in older run.json files)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Session:
+        estimate = raw.get("estimate")
+        return cls(**{**raw, "estimate": Estimate.from_dict(estimate) if estimate else None})
 
 
 @dataclass
@@ -72,6 +103,7 @@ class RunMeta:
     emulated: bool | None  # None: a joined cluster, where each node tells for itself
     trials: list[str]  # every trial id of the run's grid, in grid order
     sessions: list[Session] = field(default_factory=list)
+    overrides: dict[str, Any] = field(default_factory=dict)  # --set key=value, part of the run's identity
 
     @property
     def command(self) -> str:
@@ -85,9 +117,9 @@ class RunMeta:
     def from_json(cls, text: str, where: str) -> RunMeta:
         try:
             raw = json.loads(text)
-            sessions = [Session(**s) for s in raw.pop("sessions", [])]
+            sessions = [Session.from_dict(s) for s in raw.pop("sessions", [])]
             return cls(**raw, sessions=sessions)
-        except (ValueError, TypeError, AttributeError) as e:  # not JSON, or not this store's fields
+        except (ValueError, TypeError, AttributeError, KeyError) as e:  # not JSON, or not this store's fields
             raise StoreError(f"{where}: not a run.json of this store ({str(e).splitlines()[0]})") from None
 
 def _atomic_write_bytes(path: Location, payload: bytes) -> None:
@@ -255,6 +287,10 @@ class RunStore:
 
     def trials(self) -> pd.DataFrame:
         return _read_dir(self.trials_dir, TRIAL_SCHEMA)
+
+    def trial_rows(self) -> list[dict[str, Any]]:
+        """The summary rows as plain records: nulls stay None and integers int (pandas would make both floats)."""
+        return _read_tables(_files(self.trials_dir), TRIAL_SCHEMA).to_pylist()
 
 
 def config_columns(config: TrialConfig) -> dict[str, Any]:

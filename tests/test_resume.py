@@ -204,6 +204,11 @@ fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, ba
         again = run_cli(str(sweep), "--results", str(results), "--resume", timeout=60)
         assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
         assert f"is running now (driver pid {proc.pid} on this host)" in again.stderr
+        # Nor deleted under it; `runs` says it is running.
+        run_id = store.run_dirs(results, "live")[-1].name
+        deleted = run_cli("rm", str(sweep), run_id, "--yes", "--results", str(results), timeout=60)
+        assert deleted.returncode == 2 and f"running (pid {proc.pid}) on this host" in deleted.stderr, deleted.stderr
+        assert f"running (pid {proc.pid})" in run_cli("runs", "--results", str(results), timeout=60).stdout
         assert proc.poll() is None, "the refused resume stopped the running sweep"
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
