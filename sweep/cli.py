@@ -1,4 +1,5 @@
-"""python -m sweep: list | show NAME | [run] NAME|PATH.yaml [options] | status NAME | report NAME|RUN_DIR.
+"""python -m sweep: list | show NAME | plan NAME | [run] NAME|PATH.yaml [options] | status NAME | runs [NAME] |
+rm NAME RUN_ID | report NAME|RUN_DIR | data fetch cifar10.
 
 Exit codes: 0 every trial completed; 1 some trials failed (their rows are written); 2 a usage, spec,
 data or feasibility error, reported in one line. The driver never imports MXNet or TensorFlow.
@@ -14,7 +15,10 @@ from sweep import spec
 from sweep.errors import UsageError, UserError
 from trainables.config import TrialConfig
 
-COMMANDS = ("list", "show", "run", "report", "status")
+COMMANDS = ("list", "show", "plan", "run", "report", "status", "runs", "rm", "data")
+RESULTS_HELP = "results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)"
+SET_HELP = ("override a trial setting for every trial, written as in a sweep file (--set lr=0.1 --set epochs=2); "
+            "repeatable; checked like the file, recorded in run.json")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,6 +33,21 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="the expanded trials of a sweep")
     show.add_argument("sweep", help="sweep name or path to a .yaml file")
     show.add_argument("--scale", choices=spec.SCALES, default=None, help="default: both scales' counts, the full table")
+    show.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    plan = sub.add_parser("plan", help="the trials, the nodes they fit, estimated makespan and GPU-hours; runs nothing")
+    plan.add_argument("sweep", help="sweep name or path to a .yaml file")
+    plan.add_argument("--scale", choices=spec.SCALES, help="default: as run chooses it (smoke where GPUs are emulated)")
+    plan.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    plan.add_argument("--address", help="plan for this Ray cluster's nodes (default: $RAY_ADDRESS, else the embedded Ray run would start)")
+    plan.add_argument("--emulate-gpus", type=int, metavar="N", help="as run's: the embedded Ray's fake GPUs")
+    plan.add_argument("--nodes", type=int, metavar="N", help="plan for a cluster of N nodes (with --gpus-per-node; no Ray needed)")
+    plan.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs of each described node")
+    plan.add_argument("--cpus-per-node", type=int, metavar="C", help="CPUs of each described node (default: not limited)")
+    plan.add_argument("--gpu-model", metavar="MODEL",
+                      help="GPU model of the described nodes, as earlier runs name it (e.g. H100); default: this machine's")
+    plan.add_argument("--max-concurrent", type=int, metavar="N", help="as run's: at most N trials at once")
+    plan.add_argument("--results", default="results", help="the store whose earlier runs the estimates learn from: " + RESULTS_HELP)
+    plan.add_argument("--json", action="store_true", help="the plan as JSON (README: Planning a sweep)")
     run = sub.add_parser("run", help="run a sweep (also: python -m sweep NAME)")
     run.add_argument("sweep", help="sweep name or path to a .yaml file")
     run.add_argument("--scale", choices=spec.SCALES, help="default: full where GPUs exist, smoke where they are emulated")
@@ -37,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR"),
                      help="folder holding cifar-10-batches-py/ or cifar-10-python.tar.gz "
                           "(default: $SWEEP_DATA_DIR, else data/; a resume keeps its run's)")
+    run.add_argument("--fetch-data", action="store_true",
+                     help="download CIFAR-10 into --data-dir if it is not there, without asking "
+                          "(as `data fetch cifar10` does)")
     run.add_argument("--emulate-gpus", type=int, metavar="N",
                      help="fake N GPUs in the embedded Ray, each trial training on as many CPU devices")
     run.add_argument("--max-concurrent", type=int, metavar="N", help="at most N trials at once")
@@ -52,16 +74,37 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", nargs="?", const="latest", metavar="RUN_ID",
                      help="continue the latest unfinished run of the sweep (or RUN_ID): ended trials are not run again")
     run.add_argument("--retry-failed", action="store_true", help="with --resume: run failed and OOM trials again")
-    run.add_argument("--force", action="store_true", help="with --resume: resume although the sweep file changed")
-    status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run")
+    run.add_argument("--force", action="store_true", help="with --resume: resume although the sweep file or --set changed")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run (or --run)")
     status.add_argument("sweep", help="sweep name or path to a .yaml file")
-    status.add_argument("--results", default="results", help="results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)")
+    status.add_argument("--run", metavar="RUN_ID", help="this run instead of the latest (python -m sweep runs lists them)")
+    status.add_argument("--results", default="results", help=RESULTS_HELP)
+    runs = sub.add_parser("runs", help="every run (of one sweep, or all) with its trials' states, GPU-hours, date, command")
+    runs.add_argument("sweep", nargs="?", help="sweep name or path to a .yaml file (default: every sweep under --results)")
+    runs.add_argument("--results", default="results", help=RESULTS_HELP)
+    rm = sub.add_parser("rm", help="delete a run from the store (asks first; a running run is refused)")
+    rm.add_argument("sweep", help="sweep name or path to a .yaml file")
+    rm.add_argument("run_id", metavar="RUN_ID")
+    rm.add_argument("--yes", action="store_true", help="do not ask (needed where the input is not a terminal)")
+    rm.add_argument("--results", default="results", help=RESULTS_HELP)
     report = sub.add_parser("report", help="tables (Markdown, CSV) and plots of a run")
     report.add_argument("target", help="a run folder, or a sweep name (its latest run under --results)")
     report.add_argument("--out", help="output folder (default: RUN_DIR/report)")
     report.add_argument("--against", metavar="RUN_B", help="compare with this run: every number as B/A")
     report.add_argument("--target-acc", type=float, metavar="X", help="accuracy target (default: the sweep file's)")
     report.add_argument("--results", default="results", help="results root for a sweep name: a folder or a filesystem URI (default: results/)")
+    data = sub.add_parser("data", help="data sets: data fetch cifar10")
+    data_sub = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    fetch = data_sub.add_parser("fetch", help="download CIFAR-10, verify it and unpack it where `run` reads it")
+    fetch.add_argument("dataset", choices=["cifar10"])
+    fetch.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR") or "data",
+                       help="where cifar-10-batches-py/ goes (default: $SWEEP_DATA_DIR, else data/, as for run)")
+    fetch.add_argument("--url", help="a mirror of cifar-10-python.tar.gz (default: $SWEEP_CIFAR10_URL, "
+                                     "else https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz)")
+    fetch.add_argument("--checksum", metavar="ALGO:HEX",
+                       help="md5:HEX or sha256:HEX of another archive (default: $SWEEP_CIFAR10_CHECKSUM, "
+                            "else the official archive's MD5 and SHA-256)")
     return parser
 
 
@@ -70,7 +113,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
-    for opt, least in (("emulate_gpus", 1), ("max_concurrent", 1), ("max_failures", 0)):
+    for opt, least in (("emulate_gpus", 1), ("max_concurrent", 1), ("max_failures", 0), ("nodes", 1),
+                       ("gpus_per_node", 1), ("cpus_per_node", 1)):
         value = getattr(args, opt, None)
         if value is not None and value < least:
             raise UsageError(f"--{opt.replace('_', '-')}: expected an integer >= {least}, got {value}")
@@ -106,10 +150,14 @@ def _fmt(value: Any) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    sweep = spec.load(args.sweep)
+    from sweep import overrides
+
+    sweep = overrides.apply(spec.load(args.sweep), overrides.parse(args.set))
     print(f"{sweep.name}: {sweep.description}")
     if sweep.study:
         print(f"reproduces: {sweep.study}")
+    if sweep.overrides:
+        print(f"with {overrides.options(sweep.overrides)}")
     scales = [args.scale] if args.scale else list(spec.SCALES)
     for scale in scales:
         trials = sweep.trials(scale)
@@ -129,9 +177,19 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "show":
             return cmd_show(args)
+        if args.command == "data":  # `data fetch cifar10`, the one data set there is
+            from sweep.datasets import fetch_cifar10, source
+            fetch_cifar10(args.data_dir, source(args.url, args.checksum))
+            return 0
         if args.command == "status":
             from sweep.runs import cmd_status
             return cmd_status(args)
+        if args.command == "plan":
+            from sweep.plan import cmd_plan
+            return cmd_plan(args)
+        if args.command in ("runs", "rm"):
+            from sweep import manage
+            return manage.cmd_runs(args) if args.command == "runs" else manage.cmd_rm(args)
         if args.command == "report":
             from sweep.report import cmd_report  # pandas and matplotlib load only for a report
             return cmd_report(args)

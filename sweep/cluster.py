@@ -19,6 +19,11 @@ class Node:
     address: str
     cpus: float
     gpus: float
+    accelerator: str | None = None  # the GPU model as Ray names it (resource accelerator_type:H100); None: not said
+
+
+def _accelerator(resources: dict[str, float]) -> str | None:
+    return next((k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")), None)
 
 
 @dataclass(frozen=True)
@@ -92,8 +97,8 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
 def alive_nodes() -> list[Node]:
     import ray
 
-    return [Node(n["NodeID"], n["NodeManagerAddress"], n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0))
-            for n in ray.nodes() if n["Alive"]]
+    return [Node(n["NodeID"], n["NodeManagerAddress"], n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0),
+                 _accelerator(n["Resources"])) for n in ray.nodes() if n["Alive"]]
 
 
 def stop(cluster: Cluster) -> None:

@@ -8,7 +8,6 @@ number them. The driver's gauges (`ray_sweep_trials{state=done|running|failed|pe
 """
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Any, Callable, TextIO
 from ray import tune
 
 from sweep.schema import Status
+from sweep.terminal import live_wanted
 from sweep.store import gpu_hours
 from sweep.trial import trial_of
 from trainables.config import TrialConfig
@@ -198,17 +198,6 @@ class _Stdout:
         return getattr(self.real, name)
 
 
-def live_wanted(out: TextIO) -> bool:
-    """A live view on a terminal; plain lines elsewhere, or when SWEEP_PROGRESS=plain."""
-    mode = os.environ.get("SWEEP_PROGRESS", "auto")
-    if mode in ("plain", "live"):
-        return mode == "live"
-    try:
-        return out.isatty() and os.environ.get("TERM") != "dumb"
-    except (AttributeError, ValueError):
-        return False
-
-
 class SweepView(tune.Callback):
     """The console view of a run and the driver's gauges, fed by Tune's callbacks.
 
@@ -334,7 +323,7 @@ class SweepView(tune.Callback):
     # Tune's callbacks
 
     def _label(self, config: TrialConfig) -> str:
-        return config.label(self.plan.runtime.label_axes)
+        return self.plan.runtime.describe(config)
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         config = trial_of(trial.config)

@@ -20,3 +20,7 @@ class StoreError(UserError):
 
 class ClusterError(UserError):
     """A Ray cluster that cannot be joined."""
+
+
+class FetchError(UserError):
+    """A download, check or unpack that failed."""

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep import environments, spec, store
+from sweep import environments, estimates, overrides, spec, store
 from sweep.environments import Environment
 from sweep.errors import UsageError
 from sweep.location import Location
-from sweep.runs import RunState, latest_unfinished, reach, read_run, results_location, resume_command
+from sweep.plan import Plan, build, emulated_shape, last_run, started_target
+from sweep.runs import RunState, latest_unfinished, reach, read_run, results_location, resume_command, run_by_id
 from sweep.schema import Status
 from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
@@ -66,7 +67,7 @@ def prepare(args: argparse.Namespace) -> Launch:
     """Every check of a run that needs no Ray, in the order a user would fix them."""
     from trainables import environment
 
-    sweep = spec.load(args.sweep)
+    sweep = overrides.apply(spec.load(args.sweep), overrides.parse(args.set))
     results = results_location(args.results)
     address = args.address or os.environ.get("RAY_ADDRESS")
     if address and args.emulate_gpus:
@@ -88,9 +89,7 @@ def prepare(args: argparse.Namespace) -> Launch:
     trials = [t for t in all_trials if pending is None or t.trial_id in pending]
     nodes, gpus_per_node = 1, real_gpus
     if emulated:
-        # Trials spanning nodes get as many emulated nodes, each with the GPUs of one.
-        nodes = max(t.nodes for t in all_trials)
-        gpus_per_node = args.emulate_gpus or 2 * max(t.gpus_per_node for t in all_trials)
+        nodes, gpus_per_node = emulated_shape(all_trials, args.emulate_gpus)
         why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
         where = f"{nodes} Ray nodes on this machine with {gpus_per_node} GPUs each" if nodes > 1 else f"{gpus_per_node} GPUs in Ray"
         print(f"{why}: emulating {where}, each trial on as many CPU devices "
@@ -107,10 +106,7 @@ def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) ->
         if state is None:
             raise UsageError(f"no unfinished run of {sweep.name} under {results}: nothing to resume")
     else:
-        run_dir = results / sweep.name / args.resume
-        if not (run_dir / "run.json").is_file():
-            raise UsageError(f"no run {args.resume} of {sweep.name} under {results}")
-        state = read_run(run_dir)
+        state = read_run(run_by_id(results, sweep.name, args.resume))
         if not state.pending(args.retry_failed):
             raise UsageError(f"run {args.resume} of {sweep.name} is finished: nothing to resume"
                              + ("" if args.retry_failed else " (failed trials are retried with --retry-failed)"))
@@ -121,14 +117,18 @@ def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) ->
 
 
 def _as_started(args: argparse.Namespace, sweep: Sweep, resumed: RunState) -> Sweep:
-    """A resume continues the run as it was started: its stored sweep file, its scale."""
-    stored = RunStore(resumed.run_dir).spec_text
+    """A resume continues the run as it was started: its stored sweep file, its --set values, its scale."""
+    stored, meta = RunStore(resumed.run_dir).spec_text, resumed.meta
     if stored != sweep.text and not args.force:
-        raise UsageError(f"{sweep.path} changed since run {resumed.meta.run_id} started "
+        raise UsageError(f"{sweep.path} changed since run {meta.run_id} started "
                          f"({_first_difference(stored, sweep.text)}); --force resumes it as it was started")
-    if args.scale and args.scale != resumed.meta.scale:
-        raise UsageError(f"run {resumed.meta.run_id} is at scale {resumed.meta.scale}, not {args.scale}")
-    return spec.parse(stored, sweep.path)
+    if meta.overrides != sweep.overrides and not args.force:
+        was, now = (overrides.options(o) or "no --set" for o in (meta.overrides, sweep.overrides))
+        raise UsageError(f"run {meta.run_id} was started with {was}, this command gives {now}; "
+                         "give the same to resume it, or --force to resume it as it was started")
+    if args.scale and args.scale != meta.scale:
+        raise UsageError(f"run {meta.run_id} is at scale {meta.scale}, not {args.scale}")
+    return overrides.apply(spec.parse(stored, sweep.path), meta.overrides)
 
 
 def _first_difference(old: str, new: str) -> str:
@@ -148,7 +148,7 @@ def _note_unfinished(args: argparse.Namespace, sweep: Sweep, results: Location) 
     print(f"note: run {earlier.meta.run_id} of {sweep.name} is unfinished ({done} of "
           f"{len(earlier.meta.trials)} trials ended); "
           + (f"its driver (pid {pid}) is running it now: this new run shares the cluster with it" if pid
-             else "continue it with: " + resume_command(args.sweep, earlier.meta.run_id, args.results)))
+             else "continue it with: " + resume_command(args.sweep, earlier.meta, args.results)))
 
 
 def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[TrialConfig], scale: str,
@@ -165,13 +165,15 @@ def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[TrialConfig],
     if data.has_cifar10(data_dir):
         data.load_cifar10(data_dir)  # a bad file fails the run here, not every trial
         return data_dir
-    if scale == "smoke":
+    if scale == "smoke" and not args.fetch_data:
         print(f"no CIFAR-10 under {data_dir}: the smoke scale trains on synthetic data (accuracy columns null)")
         if sweep.early_stopping:
             print("early stopping ranks trials by val_acc, which synthetic data lacks: it is off for this run")
         return None
-    raise UsageError(f"{data_dir}: no cifar-10-batches-py/ or cifar-10-python.tar.gz "
-                     "(give --data-dir, or --scale smoke to run on synthetic data)")
+    from sweep import datasets  # asks on a terminal, fetches with --fetch-data, else names the command
+
+    datasets.fetch_for_run(data_dir, ask=not args.fetch_data)
+    return data_dir
 
 
 def _git_commit() -> str | None:
@@ -185,15 +187,16 @@ def _git_commit() -> str | None:
     return (out.stdout.strip() + ("-dirty" if dirty else "")) if out.returncode == 0 else None
 
 
-def _session(command: str, address: str | None, envs: dict[str, Environment], found: list[FrameworkCheck]) -> Session:
-    """This start of the driver, with the engine that runs it (every row of the session names it too)."""
+def _session(command: str, address: str | None, estimate: store.Estimate | None, envs: dict[str, Environment],
+             found: list[FrameworkCheck]) -> Session:
+    """This start of the driver, with the engine that runs it (every row of the session names it too) and its plan."""
     from importlib.metadata import version
 
     import ray
 
     return Session(command=command, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
                    address=address, engine_version=version("sweep"), git_commit=_git_commit(),
-                   ray_version=ray.__version__, environments=envs, checks=found)
+                   ray_version=ray.__version__, estimate=estimate, environments=envs, checks=found)
 
 
 def _open_run(launch: Launch, session: Session) -> RunStore:
@@ -207,7 +210,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
         meta = RunMeta(sweep=launch.sweep.name, run_id=store.new_run_id(), scale=launch.scale,
                        spec_path=str(launch.sweep.path), spec_sha256=store.sha256(launch.sweep.text),
                        data_dir=launch.data_dir, emulated=launch.emulated,
-                       trials=[t.trial_id for t in launch.all_trials])
+                       trials=[t.trial_id for t in launch.all_trials], overrides=dict(launch.sweep.overrides))
         run = RunStore.create(launch.results, meta, launch.sweep.text)
         print(f"sweep {launch.sweep.name}: {len(launch.trials)} trials at scale {launch.scale}, run {meta.run_id}")
     meta.sessions.append(session)
@@ -217,7 +220,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
 
 
 def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -> int:
-    from sweep import checks, dashboard, packing, runner
+    from sweep import checks, dashboard, runner
     from sweep.trial import TrialRuntime
 
     for line in dashboard.banner(cluster):  # dashboard URL, where its token is, metrics endpoint
@@ -237,7 +240,9 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
         if not args.skip_infeasible:
             raise UsageError(f"{len(bad)} of {len(trials)} trials fit no node of the cluster (table above); "
                              "--skip-infeasible records them as infeasible and runs the rest")
-    session = _session(command, args.address, launch.environments, found)
+    planned, ordered = _plan(launch, cluster, args.max_concurrent)
+    ordered = [t for t in ordered if t.trial_id not in bad]  # the plan knows the nodes' sizes, the checks their frameworks
+    session = _session(command, args.address, planned.record() if ordered else None, launch.environments, found)
     run = _open_run(launch, session)
     meta = run.meta
     columns = {"engine_version": session.engine_version, "git_commit": session.git_commit,
@@ -247,15 +252,9 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
         if t.trial_id in bad:
             summary = store.summarize(t.trial_id, t, [], Status.INFEASIBLE, columns)
             run.finish_trial({**summary, "error_type": "Infeasible", "error": bad[t.trial_id]}, [])
-    trials = [t for t in trials if t.trial_id not in bad]
-    if trials:
-        seconds = packing.estimate(trials, packing.measured_seconds(launch.results, launch.sweep.name))
-        trials, how, makespan = packing.order(trials, seconds, [n.gpus for n in cluster.nodes],
-                                              [n.cpus for n in cluster.nodes])
-        bound = packing.lower_bound(trials, seconds, cluster.total_gpus)
-        print(f"trial order: {how}, estimated makespan {makespan / bound:.2f} x the lower bound")
+    trials = ordered  # those that fit, in the plan's order
     runtime = TrialRuntime(run_dir=str(run.dir), data_dir=launch.data_dir, emulated=launch.emulated,
-                           columns=columns, label_axes=spec.varying_axes(launch.all_trials),
+                           columns=columns, label_axes=spec.label_axes(launch.all_trials),
                            environments=launch.environments, code_root=environments.code_root(),
                            placement=checks.placement(found))
     plan = runner.RunPlan(sweep=launch.sweep, trials=trials, total=len(launch.all_trials), store=run,
@@ -267,11 +266,23 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
     pending = state.pending(False)
     print(f"done: {len(state.finished) - len(not_ok)} completed, {len(not_ok)} failed, {len(pending)} not finished"
           f"; results in {run.dir}")
+    if comparison := estimates.compare(run.meta, run.trial_rows()):
+        print(comparison.line())
     if pending:
-        print("resume with: " + resume_command(args.sweep, meta.run_id, args.results))
+        print("resume with: " + resume_command(args.sweep, meta, args.results))
     if stopped_by:
         return 128 + stopped_by  # the shell's code for a signal: 130 after Ctrl-C, 143 after SIGTERM
     return 1 if not_ok or pending else 0
+
+
+def _plan(launch: Launch, cluster: Any, max_concurrent: int | None) -> tuple[Plan, list[TrialConfig]]:
+    """The plan of this session's trials on the cluster Ray reports, printed: it heads the run's output."""
+    results = launch.results
+    plan, ordered = build(launch.sweep, launch.scale, launch.trials, started_target(cluster, launch.emulated),
+                          estimates.history(results), last_run(results, launch.sweep.name), max_concurrent)
+    for line in plan.lines():
+        print(line)
+    return plan, ordered
 
 
 def _infeasible_table(trials: list[TrialConfig], nodes: list[Any], why: dict[str, str]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
+import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -154,6 +155,14 @@ def check(location: Location, write: bool) -> None:
         for folder in made:  # deepest first
             if folder.exists():
                 folder.rmdir()
+
+
+def remove_tree(location: Location) -> None:
+    """Delete a folder and everything in it (`python -m sweep rm`); a symbolic link is refused (OSError), not followed."""
+    if isinstance(location, RemotePath):
+        location.fs.delete_dir(location.path)
+    else:
+        shutil.rmtree(location)
 
 
 def reason(error: OSError) -> str:

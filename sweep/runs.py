@@ -56,6 +56,38 @@ def read_run(run_dir: Location) -> RunState:
     return RunState(run_dir, run.meta, run.finished())
 
 
+def trial_counts(state: RunState) -> dict[str, int]:
+    """A run's trials by state: done, running or interrupted (started, no summary row), failed, pending."""
+    run = RunStore(state.run_dir)
+    counts = {"done": 0, "running or interrupted": 0, "failed": 0, "pending": 0}
+    for tid in state.meta.trials:
+        status = state.finished.get(tid)
+        if status is not None:
+            counts["done" if status.done else "failed"] += 1
+        elif run.attempts(tid):
+            counts["running or interrupted"] += 1
+        else:
+            counts["pending"] += 1
+    return counts
+
+
+def sweep_name(text: str) -> str:
+    """The sweep a command names: a sweep file's name (by name or path), or a folder of runs whose file is gone."""
+    if text.endswith((".yaml", ".yml")) or "/" in text or (spec.SPEC_DIR / f"{text}.yaml").exists():
+        return spec.load(text).name
+    if not spec.NAME.match(text):
+        raise UsageError(f"{text!r}: not a sweep name or a path to a .yaml file")
+    return text
+
+
+def run_by_id(results: Location, name: str, run_id: str) -> Location:
+    """The folder of run RUN_ID of a sweep; an id that is not one (a path, '..') is refused like a missing run."""
+    run_dir = results / name / run_id
+    if not spec.NAME.match(run_id) or not (run_dir / "run.json").is_file():
+        raise UsageError(f"no run {run_id} of {name} under {results} (python -m sweep runs {name} lists them)")
+    return run_dir
+
+
 def latest_unfinished(results: Location, sweep_name: str) -> RunState | None:
     for run_dir in reversed(store.run_dirs(results, sweep_name)):
         state = read_run(run_dir)
@@ -83,36 +115,34 @@ def reach(results: Location, text: str, write: bool) -> None:
         raise UsageError(f"--results {text}: cannot {doing} results there ({location.reason(e)})") from None
 
 
-def resume_command(sweep: str, run_id: str, results: str) -> str:
-    """The command that continues a run (what `run` and `status` print)."""
+def resume_command(sweep: str, meta: RunMeta, results: str) -> str:
+    """The command that continues a run (what `run` and `status` print), with the --set values it was started with."""
+    from sweep import overrides
+
     where = f" --results {results}" if results != "results" else ""
-    return f"python -m sweep {sweep} --resume {run_id}{where}"
+    given = f" {overrides.options(meta.overrides)}" if meta.overrides else ""
+    return f"python -m sweep {sweep} --resume {meta.run_id}{given}{where}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """`python -m sweep status NAME`: the latest run's trials by state, its GPU-hours, how to continue it."""
-    sweep = spec.load(args.sweep)
+    """`python -m sweep status NAME [--run RUN_ID]`: a run's trials by state (the latest run's by default),
+    its GPU-hours, and how to continue it."""
+    name = sweep_name(args.sweep)
     results = results_location(args.results)
-    runs = store.run_dirs(results, sweep.name)
-    if not runs:
-        raise UsageError(f"no run of {sweep.name} under {results}")
-    state = read_run(runs[-1])
-    run = RunStore(state.run_dir)
-    counts = {"done": 0, "running or interrupted": 0, "failed": 0, "pending": 0}
-    for tid in state.meta.trials:
-        status = state.finished.get(tid)
-        if status is not None:
-            counts["done" if status.done else "failed"] += 1
-        elif run.attempts(tid):
-            counts["running or interrupted"] += 1
-        else:
-            counts["pending"] += 1
+    if args.run:
+        run_dir = run_by_id(results, name, args.run)
+    elif runs := store.run_dirs(results, name):
+        run_dir = runs[-1]
+    else:
+        raise UsageError(f"no run of {name} under {results}")
+    state = read_run(run_dir)
+    counts = trial_counts(state)
     meta = state.meta
-    print(f"{sweep.name} run {meta.run_id} ({meta.scale} scale, {len(meta.trials)} trials): "
+    print(f"{name} run {meta.run_id} ({meta.scale} scale, {len(meta.trials)} trials): "
           + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    print(f"GPU-hours used: {run.gpu_hours():.4f}")
+    print(f"GPU-hours used: {RunStore(run_dir).gpu_hours():.4f}")
     if state.unfinished and (pid := state.driver):
         print(f"running now: driver pid {pid} on this host")
     elif state.unfinished:
-        print("resume with: " + resume_command(args.sweep, meta.run_id, args.results))
+        print("resume with: " + resume_command(args.sweep, meta, args.results))
     return 0

@@ -19,7 +19,7 @@ import itertools
 import math
 import re
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -149,7 +149,8 @@ class Sweep:
     raw: dict[str, Any]
     target_acc: float | None
     early_stopping: dict[str, int] | None  # ASHA's grace_period and reduction_factor
-    environments: dict[str, Environment]  # framework -> where its trials run; absent: the driver's Python
+    environments: dict[str, Environment] = field(default_factory=dict)  # framework -> where its trials run
+    overrides: dict[str, Any] = field(default_factory=dict)  # --set key=value (sweep/overrides.py): over every trial
 
     def trials(self, scale: str) -> list[TrialConfig]:
         return expand(self, scale)
@@ -306,6 +307,23 @@ def varying_axes(trials: list[TrialConfig]) -> tuple[str, ...]:
     return tuple(name for name in varying if name not in redundant)
 
 
+LABELLED = ("framework", "model", "num_gpus", "batch_per_gpu", "lr")  # what every trial's label names (TrialConfig.label)
+
+
+def label_axes(trials: list[TrialConfig]) -> dict[str, tuple[str, ...]]:
+    """Per trial, the settings its label adds to the usual ones so that no two trials of the sweep read
+    the same: those that vary among the trials sharing its framework, model, GPUs, batch and lr."""
+    axes = varying_axes(trials)
+    groups: dict[tuple, list[TrialConfig]] = {}
+    for t in trials:
+        groups.setdefault(tuple(getattr(t, k) for k in LABELLED), []).append(t)
+    out = {}
+    for group in groups.values():
+        extra = tuple(a for a in axes if a not in LABELLED and len({repr(getattr(t, a)) for t in group}) > 1)
+        out.update({t.trial_id: extra for t in group})
+    return out
+
+
 def _product(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
     keys = list(axes)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
@@ -330,11 +348,28 @@ def expand(sweep: Sweep, scale: str) -> list[TrialConfig]:
         partials = [{}]
     trials: dict[str, TrialConfig] = {}
     for point in partials:
-        config = _resolve(where, scale, {**fixed, **point})
+        config = _resolve(where, scale, _overridden({**fixed, **point}, sweep.overrides))
         trials.setdefault(config.trial_id, config)
     if not trials:
         raise SpecError(f"{where}: grid: expected at least one trial at scale '{scale}' (empty grid and no include)")
     return list(trials.values())
+
+
+# A setting that replaces another way of saying the same: --set num_gpus=4 drops the file's gpus_per_node,
+# --set base_lr=0.2 its lr (so that the linear scaling rule applies), and the other way round.
+ALTERNATIVES = {"num_gpus": ("gpus_per_node",), "gpus_per_node": ("num_gpus",), "lr": ("base_lr", "base_batch"),
+                "base_lr": ("lr",), "base_batch": ("lr",)}
+
+
+def _overridden(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A trial's settings with the command line's --set values over the file's."""
+    dropped = {alt for key in overrides for alt in ALTERNATIVES.get(key, ()) if alt not in overrides}
+    return {**{k: v for k, v in values.items() if k not in dropped}, **overrides}
+
+
+def yaml_value(text: str) -> Any:
+    """One value written as in a sweep file (1e-4 a number, [30, 60] a list, null None)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def _resolve(where: str, scale: str, values: dict[str, Any]) -> TrialConfig:

@@ -48,6 +48,31 @@ def gpu_hours(num_gpus: int, seconds: float) -> float:
 
 
 @dataclass(frozen=True)
+class PlannedTrial:
+    """One trial as a session's plan expected it (sweep/plan.py): its estimated wall time and where that came from."""
+
+    trial_id: str
+    seconds: float | None  # None: nothing to estimate it from (no earlier run on this hardware)
+    source: str  # "measured" (earlier runs of this trial), "model" (its model's cost) or "none"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a session's plan expected, recorded before its trials start, so that what they took can be compared."""
+
+    hardware: str  # what the estimates were made for (sweep/estimates.py Hardware)
+    trials: list[PlannedTrial]  # in the order they were handed to Tune
+    makespan_s: float | None  # first start to last end, simulated; None without estimates
+    node_gpus: list[float]  # the cluster the makespan was simulated on
+    node_cpus: list[float]
+    max_concurrent: int | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Estimate:
+        return cls(**{**raw, "trials": [PlannedTrial(**t) for t in raw["trials"]]})
+
+
+@dataclass(frozen=True)
 class Session:
     """One start of a run's driver: the first run, then each --resume."""
 
@@ -59,15 +84,18 @@ class Session:
     engine_version: str
     git_commit: str | None
     ray_version: str
+    estimate: Estimate | None = None  # the plan of this session's trials (absent in older run.json files)
     environments: dict[str, Environment] = field(default_factory=dict)  # framework -> where its trials ran
     checks: list[FrameworkCheck] = field(default_factory=list)  # each framework on each node, before the trials
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Session:
-        """A session of run.json; those written before environments and checks existed have neither."""
+        """A session of run.json; older ones lack the estimate, the environments and the checks."""
+        raw = dict(raw)
+        estimate = raw.pop("estimate", None)
         envs = {k: Environment.from_dict(e) for k, e in (raw.pop("environments", None) or {}).items()}
         checks = [FrameworkCheck(**c) for c in raw.pop("checks", None) or []]
-        return cls(**raw, environments=envs, checks=checks)
+        return cls(**raw, estimate=Estimate.from_dict(estimate) if estimate else None, environments=envs, checks=checks)
 
 
 @dataclass
@@ -83,6 +111,7 @@ class RunMeta:
     emulated: bool | None  # None: a joined cluster, where each node tells for itself
     trials: list[str]  # every trial id of the run's grid, in grid order
     sessions: list[Session] = field(default_factory=list)
+    overrides: dict[str, Any] = field(default_factory=dict)  # --set key=value, part of the run's identity
 
     @property
     def command(self) -> str:
@@ -266,6 +295,10 @@ class RunStore:
 
     def trials(self) -> pd.DataFrame:
         return _read_dir(self.trials_dir, TRIAL_SCHEMA)
+
+    def trial_rows(self) -> list[dict[str, Any]]:
+        """The summary rows as plain records: nulls stay None and integers int (pandas would make both floats)."""
+        return _read_tables(_files(self.trials_dir), TRIAL_SCHEMA).to_pylist()
 
 
 def config_columns(config: TrialConfig) -> dict[str, Any]:

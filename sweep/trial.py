@@ -36,7 +36,12 @@ class TrialRuntime:
     data_dir: str | None  # None: no CIFAR-10, every trial runs on synthetic data
     emulated: bool | None  # None: a joined cluster, where each node tells for itself
     columns: dict[str, Any]  # what every row of the run carries: sweep, run_id, scale, the engine
-    label_axes: tuple[str, ...] = ()  # the settings the sweep varies: named in every trial's label
+    # trial id -> the settings its label adds so that no two trials read the same (spec.label_axes)
+    label_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def describe(self, config: TrialConfig) -> str:
+        """A trial's settings in one phrase, as the console's lines name it."""
+        return config.label(self.label_axes.get(config.trial_id, ()))
     environments: dict[str, Environment] = field(default_factory=dict)  # framework -> where its trials run
     code_root: str | None = None  # this project's folder, for environments that lack its packages
     placement: dict[str, tuple[str, ...]] = field(default_factory=dict)  # framework -> the only nodes it runs on
@@ -47,8 +52,8 @@ class TrialRuntime:
         return env.runtime_env(self.code_root) if env else None
 
     def label(self, config: TrialConfig) -> str:
-        """A trial as the dashboard's actors and the console name it: `<sweep>-<trial id> <settings>`."""
-        return f"{self.columns['sweep']}-{config.trial_id} {config.label(self.label_axes)}"
+        """A trial as the dashboard's actors and the live view name it: `<sweep>-<trial id> <settings>`."""
+        return f"{self.columns['sweep']}-{config.trial_id} {self.describe(config)}"
 
 
 def trial_of(config: dict[str, Any]) -> TrialConfig:

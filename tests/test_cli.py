@@ -1,6 +1,8 @@
 """The CLI's read-only commands and its one-line errors."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest import run_cli
 
 from sweep import spec
@@ -53,3 +55,21 @@ def test_unreachable_cluster_is_one_line_within_seconds(tmp_path) -> None:
     assert time.time() - t0 < 30
     assert out.returncode == 2 and "127.0.0.1:1" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_trials_that_differ_in_any_setting_read_differently(tmp_path: Path) -> None:
+    """`show`'s table and the console's labels name every setting that tells two trials apart."""
+    path = tmp_path / "axes.yaml"
+    path.write_text('description: "axes a label must show"\n'
+                    "fixed: {framework: mxnet, model: resnet8_cifar, num_gpus: 2, batch_per_gpu: 8, epochs: 1, lr: 0.1}\n"
+                    "grid: {image_size: [32, 40], kvstore: [device, local], warmup_steps: [1, 2]}\n")
+    trials = spec.load(str(path)).trials("full")
+    axes = spec.label_axes(trials)
+    labels = {t.label(axes[t.trial_id]) for t in trials}
+    assert len(labels) == len(trials) == 8
+    assert "mxnet resnet8_cifar gpus=2 batch=8 lr=0.1 image_size=40 warmup_steps=2 kvstore=local" in labels
+    out = run_cli("show", str(path), "--scale", "full", timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split()[1:] for line in out.stdout.splitlines() if any(t.trial_id in line for t in trials)]
+    assert len(rows) == 8 and len({tuple(r) for r in rows}) == 8  # without the id, still all different
+    assert out.stdout.splitlines()[3].split()[-3:] == ["image_size", "warmup_steps", "kvstore"]

@@ -71,6 +71,19 @@ def test_infeasible_trial_is_rejected_within_seconds(cluster, tmp_path: Path) ->
     assert not results.exists()
 
 
+def test_plan_reads_the_joined_clusters_nodes_and_starts_nothing(cluster, tmp_path: Path) -> None:
+    head, _ = cluster
+    results = tmp_path / "results"
+    out = run_cli("plan", str(SWEEPS / "too_big.yaml"), "--address", head.address, "--results", str(results), timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "plan: too_big at scale full, 3 trials" in out.stdout  # a joined cluster: the full scale, as run's
+    assert f"the Ray cluster at {head.address}: 2 nodes, its nodes name no GPU model" in out.stdout
+    nodes = [line.split() for line in out.stdout.splitlines() if line.endswith("of 3 trials")]
+    assert [n[1:4] for n in nodes] == [["4", "2", "2"]] * 2  # GPUs, CPUs, trials that fit
+    assert "fits no node:" in out.stdout and "needs 8 GPUs" in out.stdout
+    assert not results.exists()
+
+
 @pytest.mark.slow
 def test_skip_infeasible_records_it_and_runs_the_rest(cluster, tmp_path: Path) -> None:
     head, _ = cluster

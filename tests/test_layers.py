@@ -5,10 +5,11 @@ breaks the picture fails here, whichever path it takes. The layers, top to botto
 from its own layer or those below it, never above:
 
   entry          sweep.__main__, sweep.cli
-  commands       sweep.launch (run), sweep.runs (status), sweep.report.* (report)
-  driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.spec, sweep.checks
+  commands       sweep.launch (run), sweep.runs (status), sweep.plan (plan), sweep.manage (runs, rm), sweep.report.* (report)
+  driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.estimates,
+                 sweep.spec, sweep.overrides, sweep.datasets, sweep.download, sweep.checks
   trial process  sweep.trial, sweep.workers
-  store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.environments
+  store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.terminal, sweep.environments
   frameworks     trainables.mxnet.*, trainables.tensorflow.*
   trainables     trainables.loop, .data, .measure, .environment, .zoo, .config, .local, .probe, .failure
 
@@ -27,11 +28,11 @@ from conftest import ROOT
 
 LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
-    ("commands", {"sweep.launch", "sweep.runs", "sweep.report"}),
-    ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.spec",
-                "sweep.checks"}),
+    ("commands", {"sweep.launch", "sweep.runs", "sweep.plan", "sweep.manage", "sweep.report"}),
+    ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.estimates",
+                "sweep.spec", "sweep.overrides", "sweep.datasets", "sweep.download", "sweep.checks"}),
     ("trial process", {"sweep.trial", "sweep.workers"}),
-    ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.environments"}),
+    ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.terminal", "sweep.environments"}),
     ("frameworks", {"trainables.mxnet", "trainables.tensorflow"}),
     ("trainables", {"trainables.loop", "trainables.data", "trainables.measure", "trainables.environment",
                     "trainables.zoo", "trainables.config", "trainables.local", "trainables.probe",

@@ -1,13 +1,7 @@
-"""Trial order: the dispatch simulation, duration estimates, and an order never worse than the grid's."""
+"""Trial order: the dispatch simulation and an order never worse than the grid's (estimates: test_estimates.py)."""
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from sweep import packing, store
-from sweep.schema import Status
-from sweep.store import RunMeta
+from sweep import packing
 from trainables.config import TrialConfig
 
 NAMED: dict[str, TrialConfig] = {}  # a test's name for a trial -> the trial
@@ -52,17 +46,13 @@ def test_order_is_never_worse_than_the_grid_and_beats_it_on_a_mixed_grid() -> No
     assert packing.order(trials, seconds, [8, 8], [64, 64])[0] == ordered  # deterministic
 
 
-def test_estimates_come_from_earlier_runs_else_the_model(tmp_path: Path) -> None:
-    full = {"steps_per_epoch": None}  # a whole epoch: more GPUs share the same images
-    small, big, other = trial("s", 1, **full), trial("b", 1, model="resnet50_v1", image_size=32, **full), trial("o", 2, **full)
-    run = store.RunStore.create(tmp_path, RunMeta("x", "r1", "full", "x.yaml", "", None, True, [small.trial_id]),
-                                "description: x\n")
-    run.finish_trial({"sweep": "x", "run_id": "r1", "trial_id": small.trial_id, "status": Status.COMPLETED,
-                      "wall_time_s": 30.0}, [])
-    seconds = packing.estimate([small, big, other], packing.measured_seconds(tmp_path, "x"))
-    assert seconds[small.trial_id] == 30.0  # measured
-    assert seconds[big.trial_id] > seconds[small.trial_id]  # ResNet-50 costs more per image than ResNet-20
-    assert seconds[other.trial_id] == pytest.approx(seconds[small.trial_id] / 2)
+def test_max_concurrent_holds_back_trials_that_would_fit() -> None:
+    trials = [trial("p", 1), trial("q", 1), trial("r", 1)]
+    seconds = secs(p=10.0, q=10.0, r=10.0)
+    assert packing.simulate(trials, seconds, [8], [64]) == 10.0  # all three at once
+    assert packing.simulate(trials, seconds, [8], [64], max_concurrent=2) == 20.0  # --max-concurrent 2
+    ordered, _, makespan = packing.order(trials, seconds, [8], [64], max_concurrent=1)
+    assert makespan == 30.0 and len(ordered) == 3
 
 
 def test_a_trial_spanning_nodes_waits_for_free_gpus_on_that_many_nodes() -> None:

@@ -139,3 +139,10 @@ fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, ba
                      env=CREDENTIALS)
     assert report.returncode == 0, report.stdout + report.stderr
     assert (tmp_path / "report" / "report.md").is_file()
+    # The runs at hand there: listed, looked at, deleted.
+    listed = run_cli("runs", "--results", s3_uri, timeout=120, env=CREDENTIALS)
+    assert listed.returncode == 0 and f"remote  {run_dir.name}" in listed.stdout and "finished" in listed.stdout, listed
+    status = run_cli("status", str(sweep), "--run", run_dir.name, "--results", s3_uri, timeout=120, env=CREDENTIALS)
+    assert status.returncode == 0 and f"run {run_dir.name} " in status.stdout, status.stdout + status.stderr
+    gone = run_cli("rm", "remote", run_dir.name, "--yes", "--results", s3_uri, timeout=120, env=CREDENTIALS)
+    assert gone.returncode == 0 and store.run_dirs(results, "remote") == [], gone.stdout + gone.stderr

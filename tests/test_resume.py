@@ -117,18 +117,24 @@ def test_interrupted_sweep_resumes_with_every_row_exactly_once(sig: int, tmp_pat
     assert f"{total} done" in status.stdout and "--resume" not in status.stdout
 
 
-def test_new_run_mentions_the_unfinished_one_and_resume_refuses_an_edited_sweep(tmp_path: Path) -> None:
+def test_resume_refuses_an_edited_sweep_and_options_that_need_it(tmp_path: Path) -> None:
     results = tmp_path / "results"
     sweep_file = tmp_path / "tiny_mxnet.yaml"
     sweep_file.write_text(Path(SWEEP).read_text())
-    # An unfinished run, as a kill before any trial leaves it: the folder, no summary rows.
-    trials = [t.trial_id for t in spec.load(str(sweep_file)).trials("smoke")]
-    meta = store.RunMeta("tiny_mxnet", "20200101-000000-abcd", "smoke", str(sweep_file), "", None, True, trials)
-    store.RunStore.create(results, meta, sweep_file.read_text())
+    # An unfinished run, as the engine leaves it when its driver is killed before any trial ends.
+    proc = start(results, sweep=str(sweep_file))
+    deadline = time.time() + 240
+    while run_dir(results) is None or not (run_dir(results) / "run.json").is_file():
+        assert proc.poll() is None and time.time() < deadline, "the run never started"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run_id = run_dir(results).name
+    assert finished(results) == set()
     sweep_file.write_text(sweep_file.read_text().replace("epochs: 3", "epochs: 4"))
     out = run_cli(str(sweep_file), "--results", str(results), "--resume", timeout=60)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
-    assert "changed since run 20200101-000000-abcd" in out.stderr and "epochs: 3" in out.stderr and "--force" in out.stderr
+    assert f"changed since run {run_id}" in out.stderr and "epochs: 3" in out.stderr and "--force" in out.stderr
     out = run_cli(str(sweep_file), "--results", str(results), "--resume", "nope", timeout=60)
     assert out.returncode == 2 and "no run nope" in out.stderr
     out = run_cli(str(sweep_file), "--results", str(results), "--retry-failed", timeout=60)
@@ -198,6 +204,11 @@ fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, ba
         again = run_cli(str(sweep), "--results", str(results), "--resume", timeout=60)
         assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
         assert f"is running now (driver pid {proc.pid} on this host)" in again.stderr
+        # Nor deleted under it; `runs` says it is running.
+        run_id = store.run_dirs(results, "live")[-1].name
+        deleted = run_cli("rm", str(sweep), run_id, "--yes", "--results", str(results), timeout=60)
+        assert deleted.returncode == 2 and f"running (pid {proc.pid}) on this host" in deleted.stderr, deleted.stderr
+        assert f"running (pid {proc.pid})" in run_cli("runs", "--results", str(results), timeout=60).stdout
         assert proc.poll() is None, "the refused resume stopped the running sweep"
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)

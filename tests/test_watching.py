@@ -40,7 +40,7 @@ from trainables.config import TrialConfig
 SWEEP = str(SWEEPS / "watch_mxnet.yaml")
 TRIALS = spec.load(SWEEP).trials("smoke")
 RUNTIME = TrialRuntime(run_dir="unused", data_dir=None, emulated=True, columns={"sweep": "watch_mxnet", "run_id": "r1"},
-                       label_axes=spec.varying_axes(TRIALS))
+                       label_axes=spec.label_axes(TRIALS))
 
 
 # --- a terminal, as far as the live view uses one -----------------------------------------------------

@@ -181,7 +181,8 @@ def eval_batches(x: np.ndarray, y: np.ndarray, batch: int, limit: int | None,
     """The test split (or its first `limit` images) in order, the last batch possibly short."""
     n = min(len(x), limit) if limit else len(x)
     for start in range(0, n, batch):
-        yield normalize(x[start:start + batch], layout), y[start:start + batch]
+        end = min(start + batch, n)  # the last batch stops at the limit, not at the split's end
+        yield normalize(x[start:end], layout), y[start:end]
 
 
 def prefetch(batches: Iterator[Any], depth: int = 2) -> Iterator[Any]:

@@ -87,15 +87,20 @@ def _lr_decay(decay_epochs: Any, factor: float) -> str:
     return f"x{factor:g} at {','.join(map(str, epochs))}" if epochs else "none"
 
 
-def _varying(frame: pd.DataFrame, columns: list[str]) -> list[str]:
-    return [c for c in columns if c in frame and frame[c].astype(str).nunique() > 1]
-
-
 def group_labels(frame: pd.DataFrame, key: list[str], exclude: tuple[str, ...] = ()) -> pd.Series:
-    """A readable label per row naming its key: the fixed parts always, the rest only where they vary."""
-    varying = set(_varying(frame, key))
-    shown = [c for c in key if c not in exclude and (c in ALWAYS_SHOWN or c in varying)]
-    return frame.apply(lambda row: " ".join(_key_part(c, row[c]) for c in shown), axis=1).astype(str)
+    """A readable label per row naming its key: the always-shown parts, and each other part of the key
+    only where it tells apart rows that the always-shown parts do not (a setting of one failed trial
+    does not lengthen every label)."""
+    key = [c for c in key if c not in exclude and c in frame]
+    always = [c for c in key if c in ALWAYS_SHOWN]
+    rest = [c for c in key if c not in ALWAYS_SHOWN]
+    shown = pd.Series([[] for _ in range(len(frame))], index=frame.index, dtype=object)
+    for _, rows in frame.groupby([frame[c].astype(str) for c in always] or [pd.Series(0, index=frame.index)]):
+        extra = [c for c in rest if rows[c].astype(str).nunique() > 1]
+        for i in rows.index:
+            shown[i] = extra
+    return pd.Series([" ".join(_key_part(c, frame.at[i, c]) for c in [*always, *shown[i]]) for i in frame.index],
+                     index=frame.index, dtype=str)
 
 
 def _key_part(column: str, value: Any) -> str:

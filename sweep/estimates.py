@@ -1,0 +1,380 @@
+"""How long each trial will take, before it runs, and how wrong that turned out to be.
+
+An estimate comes from the store's earlier runs on the same hardware (every sweep under --results):
+  measured  the same trial (its id hashes its whole config) completed before on this hardware: the
+            median of those wall times; uncertainty: their spread (max |x - median| / median), or with
+            one run the spread repeated trials showed on this hardware.
+  model     otherwise its model's cost (FLOPs x images / GPUs, `model_cost`) at the rate the earlier
+            trials on this hardware trained, plus their framework's overhead per trial (start-up,
+            validation, checkpoints: wall time beyond training); uncertainty: that model's own error
+            on those trials, each predicted from the others (leave one out).
+  none      no earlier run on this hardware: no time; trials are still ordered by relative cost.
+Hardware is the device kind and model: the GPU model for GPUs (`NVIDIA H100 80GB HBM3` and Ray's `H100`
+name the same), the CPU model for emulated GPUs. Only trials that completed in one attempt count.
+A trial's wall time starts when Tune starts it; between one trial's end and the next one's start Tune
+takes its own time (placement groups, actors: seconds on a loaded machine). That gap per trial is learnt
+from the earlier sessions on the same hardware (`session_gaps`) and lengthens each trial in the
+simulated dispatch that gives the makespan.
+
+A session records its plan in run.json (store.Estimate) before its trials start; `compare` then sets
+each estimate against the wall time the trial took, and the session's makespan against its own.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from sweep import packing, store
+from sweep.errors import StoreError
+from sweep.location import Location
+from sweep.schema import Status
+from sweep.store import RunMeta
+from trainables import data, zoo
+from trainables.config import TrialConfig, field_names
+
+# Forward-pass GFLOPs per image at the model's default input size (published figures, rounded);
+# only ratios matter here. CIFAR ResNets scale with depth from resnet20's 0.041.
+GFLOPS = {"resnet50_v1": 4.1, "inception_v3": 5.7, "alexnet": 0.72, "cifar10_conv": 0.006}
+
+
+def model_cost(c: TrialConfig) -> float:
+    """A trial's training work per GPU (arbitrary units, proportional to GPU-seconds)."""
+    default = zoo.default_image_size(c.model)
+    side = c.image_size or default
+    units = zoo.cifar_resnet_units(c.model)
+    per_image = 0.041 * (6 * units + 2) / 20 if units is not None else GFLOPS[c.model]
+    per_image *= (side / default) ** 2
+    images = c.steps_per_epoch * c.global_batch if c.steps_per_epoch else data.CIFAR10_TRAIN_SIZE
+    return c.epochs * images * per_image / c.num_gpus + 1e-3  # the GPUs share an epoch's images
+
+
+# --- hardware --------------------------------------------------------------------------------------
+
+VENDOR_WORDS = {"nvidia", "tesla", "geforce"}
+
+
+def _tokens(name: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", name.lower())) - VENDOR_WORDS
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a trial's devices are: `gpu` with its GPU model, or `cpu-emulated` with the CPU's."""
+
+    kind: str
+    model: str | None  # None: any model of that kind (a cluster that does not say)
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.model or 'any model'})"
+
+    def matches(self, other: Hardware) -> bool:
+        """Same kind, and model names that agree: every word of the shorter is a word of the longer."""
+        if self.kind != other.kind:
+            return False
+        if self.model is None or other.model is None:
+            return True
+        a, b = sorted((_tokens(self.model), _tokens(other.model)), key=len)
+        return bool(a) and a <= b
+
+
+def hardware_of(row: dict[str, Any]) -> Hardware | None:
+    kind = row.get("device_kind")
+    if not kind:
+        return None
+    return Hardware(kind, row.get("gpu_model") if kind == "gpu" else row.get("cpu_model"))
+
+
+# --- the history -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Measurement:
+    """One trial that completed in one attempt in an earlier run: what it was, where, how long."""
+
+    config: TrialConfig
+    sweep: str
+    run_id: str
+    started_at: float
+    hardware: Hardware
+    wall_s: float  # the summary row's wall_time_s: start of the trial to its end
+    train_s: float | None  # its epochs' training time (mean_epoch_time_s x epochs_done)
+
+
+def config_of(row: dict[str, Any]) -> TrialConfig:
+    return TrialConfig.from_dict({name: row[name] for name in field_names()})
+
+
+def measurements(rows: list[dict[str, Any]]) -> list[Measurement]:
+    """The summary rows of a run that can be learnt from."""
+    out = []
+    for row in rows:
+        hardware = hardware_of(row)
+        if (row.get("status") != Status.COMPLETED or row.get("attempts") != 1 or not row.get("wall_time_s")
+                or hardware is None or row.get("started_at") is None):
+            continue
+        train = row["mean_epoch_time_s"] * row["epochs_done"] if row.get("mean_epoch_time_s") else None
+        out.append(Measurement(config_of(row), row["sweep"], row["run_id"], row["started_at"], hardware,
+                               row["wall_time_s"], train))
+    return out
+
+
+def sweep_names(results: Location) -> list[str]:
+    """Every sweep with a folder of runs under the store's root."""
+    if not results.is_dir():
+        return []
+    return sorted(p.name for p in results.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Tune's start-up time per trial in one session: what each trial must be lengthened by for the simulated
+    dispatch of the session's trials (their real wall times, its order, its cluster) to take as long as it did."""
+
+    hardware: Hardware
+    seconds: float
+    started_at: float  # the session's start
+
+
+@dataclass(frozen=True)
+class SessionRun:
+    """A session that recorded its plan, with the summary rows of its planned trials that started in it."""
+
+    index: int  # 1 for the run's first session
+    estimate: store.Estimate
+    rows: dict[str, dict[str, Any]]  # trial id -> summary row, in the plan's order
+
+    @property
+    def complete(self) -> bool:
+        """Every planned trial ran and ended in this session."""
+        return len(self.rows) == len(self.estimate.trials)
+
+    @property
+    def makespan_s(self) -> float | None:
+        """The first start to the last end of its trials, if they all ran in it."""
+        rows = self.rows.values()
+        return max(r["ended_at"] for r in rows) - min(r["started_at"] for r in rows) if self.complete else None
+
+
+def estimated_sessions(meta: RunMeta, rows: list[dict[str, Any]]) -> list[SessionRun]:
+    by_trial = {r["trial_id"]: r for r in rows}
+    out = []
+    for index, session in enumerate(meta.sessions):
+        if session.estimate is None:
+            continue
+        ends = meta.sessions[index + 1].started_at if index + 1 < len(meta.sessions) else float("inf")
+        ran = {t.trial_id: by_trial[t.trial_id] for t in session.estimate.trials if t.trial_id in by_trial}
+        out.append(SessionRun(index + 1, session.estimate, {
+            tid: r for tid, r in ran.items() if r.get("started_at") is not None and r.get("wall_time_s") is not None
+            and r.get("ended_at") is not None and session.started_at <= r["started_at"] < ends}))
+    return out
+
+
+def simulated_makespan(session: SessionRun, seconds: dict[str, float]) -> float:
+    """The session's trials dispatched in its order on its cluster, each taking `seconds`."""
+    order = [config_of(r) for r in session.rows.values()]
+    plan = session.estimate
+    return packing.simulate(order, seconds, plan.node_gpus, plan.node_cpus, plan.max_concurrent)
+
+
+def session_gaps(meta: RunMeta, rows: list[dict[str, Any]]) -> list[Gap]:
+    """One Gap for each session whose planned trials (two or more: one alone has no gap) all ran in it from
+    their start (a resumed trial's wall time counts its earlier epochs); found by bisection, as the makespan
+    grows with the gap."""
+    out = []
+    for session in estimated_sessions(meta, rows):
+        hardware = hardware_of(next(iter(session.rows.values()))) if session.rows else None
+        if (not session.complete or len(session.rows) < 2 or hardware is None
+                or any(r.get("attempts") != 1 for r in session.rows.values())):
+            continue
+        walls = {tid: r["wall_time_s"] for tid, r in session.rows.items()}
+        taken = session.makespan_s
+        makespan = lambda gap: simulated_makespan(session, {t: w + gap for t, w in walls.items()})  # noqa: E731
+        low, high = 0.0, taken
+        if makespan(low) < taken:
+            for _ in range(30):
+                middle = (low + high) / 2
+                low, high = (middle, high) if makespan(middle) < taken else (low, middle)
+        out.append(Gap(hardware, low, min(r["started_at"] for r in session.rows.values())))
+    return out
+
+
+@dataclass(frozen=True)
+class History:
+    """What the store has measured: every trial completed in one attempt, and every estimated session's gap."""
+
+    measurements: list[Measurement]  # oldest first
+    gaps: list[Gap]
+
+
+def history(results: Location) -> History:
+    """Every run of every sweep in the store. A damaged run costs only what it cannot give: its trials'
+    times come from its summary rows, its sessions' gaps from its run.json."""
+    found: list[Measurement] = []
+    gaps: list[Gap] = []
+    for name in sweep_names(results):
+        for run_dir in store.run_dirs(results, name):
+            run = store.RunStore(run_dir)
+            try:
+                rows = run.trial_rows()
+                found += measurements(rows)
+                gaps += session_gaps(run.meta, rows)
+            except (StoreError, KeyError, TypeError, ValueError):
+                continue
+    return History(sorted(found, key=lambda m: m.started_at), sorted(gaps, key=lambda g: g.started_at))
+
+
+# --- estimating --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Guess:
+    """One trial's estimate: the seconds, where they came from, and how far off they may be."""
+
+    seconds: float | None
+    source: str  # "measured", "model" or "none"
+    runs: int  # earlier measurements it stands on
+    uncertainty: float | None  # relative: 0.1 is +-10%; None: not known
+    basis: str  # the same in words
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """wall seconds = overhead(framework) + rate x model_cost: fitted on the measured trials of one hardware."""
+
+    rate: float  # training seconds per unit of model cost
+    overhead: dict[str, float]  # framework -> median seconds of a trial beyond its training
+    default_overhead: float  # for a framework not measured yet
+
+    def predict(self, trial: TrialConfig) -> float:
+        return self.overhead.get(trial.framework, self.default_overhead) + self.rate * model_cost(trial)
+
+    @classmethod
+    def of(cls, points: Sequence[Measurement]) -> CostFit | None:
+        """Medians, so that one odd trial moves nothing: the rate from training times, the overhead from the rest."""
+        if not points:
+            return None
+        timed = [p.train_s / model_cost(p.config) for p in points if p.train_s]
+        rate = statistics.median(timed) if timed else statistics.median(p.wall_s / model_cost(p.config) for p in points)
+        beyond = {}
+        for p in points:
+            beyond.setdefault(p.config.framework, []).append(max(0.0, p.wall_s - rate * model_cost(p.config)))
+        overhead = {fw: statistics.median(values) for fw, values in beyond.items()}
+        return cls(rate, overhead, statistics.median(v for values in beyond.values() for v in values))
+
+
+def _one_per_trial(found: Sequence[Measurement]) -> list[Measurement]:
+    """Each trial once (its median run), so that a trial measured ten times does not weigh ten times."""
+    by_trial: dict[str, list[Measurement]] = {}
+    for m in found:
+        by_trial.setdefault(m.config.trial_id, []).append(m)
+    return [sorted(ms, key=lambda m: m.wall_s)[(len(ms) - 1) // 2] for ms in by_trial.values()]
+
+
+def _spread(values: Sequence[float]) -> float:
+    middle = statistics.median(values)
+    return max(abs(v - middle) for v in values) / middle
+
+
+class Estimator:
+    """Estimates for one hardware from the store's history (of any hardware: it keeps its own)."""
+
+    def __init__(self, past: History, hardware: Hardware) -> None:
+        self.hardware = hardware
+        self.found = [m for m in past.measurements if hardware.matches(m.hardware)]
+        gaps = [g.seconds for g in past.gaps if hardware.matches(g.hardware)]
+        self.gap = statistics.median(gaps) if gaps else 0.0  # Tune's start-up per trial, for the makespan
+        self.gap_sessions = len(gaps)
+        self.walls: dict[str, list[float]] = {}
+        for m in self.found:
+            self.walls.setdefault(m.config.trial_id, []).append(m.wall_s)
+        points = _one_per_trial(self.found)
+        self.fit = CostFit.of(points)
+        self.model_error = self._leave_one_out(points)
+        spreads = [_spread(w) for w in self.walls.values() if len(w) > 1]
+        self.repeat_spread = statistics.median(spreads) if spreads else None
+        self.runs = len({(m.sweep, m.run_id) for m in self.found})
+
+    @staticmethod
+    def _leave_one_out(points: list[Measurement]) -> float | None:
+        """The model's median relative error on the measured trials, each predicted from the others."""
+        if len(points) < 2:
+            return None
+        errors = []
+        for i, p in enumerate(points):
+            fit = CostFit.of(points[:i] + points[i + 1:])
+            errors.append(abs(fit.predict(p.config) - p.wall_s) / p.wall_s)
+        return statistics.median(errors)
+
+    def guess(self, trial: TrialConfig) -> Guess:
+        walls = self.walls.get(trial.trial_id)
+        if walls:
+            n = len(walls)
+            spread = _spread(walls) if n > 1 else self.repeat_spread
+            how = (f"median of {n} earlier runs of this trial, spread +-{spread:.0%}" if n > 1 else
+                   "1 earlier run of this trial" + (f"; repeats here vary +-{spread:.0%}" if spread is not None else ""))
+            return Guess(statistics.median(walls), "measured", n, spread, how)
+        if self.fit is None:
+            return Guess(None, "none", 0, None, "no earlier run on this hardware")
+        trials = len(self.walls)
+        basis = f"model cost at the rate of {trials} measured trial{'s' if trials > 1 else ''}"
+        if trial.framework not in self.fit.overhead:  # its start-up is another framework's: the error above does not hold
+            return Guess(self.fit.predict(trial), "model", trials, None,
+                         f"{basis}, none of them {trial.framework} (its start-up taken from the others)")
+        error = f"; its error on them +-{self.model_error:.0%}" if self.model_error is not None else ""
+        return Guess(self.fit.predict(trial), "model", trials, self.model_error, basis + error)
+
+
+# --- estimates against what the trials took -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """A session's recorded estimates set against its trials' wall times (errors relative to the actual)."""
+
+    run_id: str
+    session: int  # 1 for the run's first session
+    trials: int  # trials compared: those estimated that completed in this session in one attempt
+    median_error: float  # median |estimate - actual| / actual
+    bias: float  # median (estimate - actual) / actual: below 0, estimates were short
+    worst_error: float
+    worst_trial: str
+    worst_estimated_s: float
+    worst_actual_s: float
+    by_source: dict[str, float]  # "measured" / "model" -> median error of those estimates
+    makespan_estimated_s: float | None
+    makespan_actual_s: float | None  # first start to last end of the session's trials, if all ended in it
+
+    def line(self) -> str:
+        sources = ", ".join(f"{source} {error:.0%}" for source, error in sorted(self.by_source.items()))
+        text = (f"run {self.run_id} (session {self.session}): estimates off by a median {self.median_error:.0%} over "
+                f"{self.trials} trials ({sources}), {'long' if self.bias > 0 else 'short'} by a median {abs(self.bias):.0%}; "
+                f"worst {self.worst_error:.0%} (trial {self.worst_trial}: {_seconds(self.worst_estimated_s)} estimated, "
+                f"{_seconds(self.worst_actual_s)} taken)")
+        if self.makespan_estimated_s is not None and self.makespan_actual_s:
+            text += (f"; makespan {_seconds(self.makespan_estimated_s)} estimated, "
+                     f"{_seconds(self.makespan_actual_s)} taken")
+        return text
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def compare(meta: RunMeta, rows: list[dict[str, Any]]) -> Comparison | None:
+    """The latest session of the run whose estimates can be set against finished trials; None if none can."""
+    for session in reversed(estimated_sessions(meta, rows)):
+        pairs = [(t, session.rows[t.trial_id]) for t in session.estimate.trials
+                 if t.seconds and t.trial_id in session.rows and session.rows[t.trial_id]["status"] == Status.COMPLETED
+                 and session.rows[t.trial_id]["attempts"] == 1]
+        if not pairs:
+            continue
+        errors = [((t.seconds - r["wall_time_s"]) / r["wall_time_s"], t, r) for t, r in pairs]
+        worst = max(errors, key=lambda e: abs(e[0]))
+        by_source: dict[str, list[float]] = {}
+        for error, t, _ in errors:
+            by_source.setdefault(t.source, []).append(abs(error))
+        return Comparison(meta.run_id, session.index, len(pairs), statistics.median(abs(e) for e, _, _ in errors),
+                          statistics.median(e for e, _, _ in errors), abs(worst[0]), worst[1].trial_id,
+                          worst[1].seconds, worst[2]["wall_time_s"],
+                          {s: statistics.median(v) for s, v in by_source.items()},
+                          session.estimate.makespan_s, session.makespan_s)
+    return None

@@ -1,0 +1,361 @@
+"""`plan`: a sweep's trials, the nodes each fits, and how long and how many GPU-hours they will take.
+
+`python -m sweep plan NAME|FILE` needs no data and runs nothing. The cluster it plans for is the one
+`run` would use: an embedded Ray as `run` would start it here (no Ray is started for the plan), the
+cluster at --address (or $RAY_ADDRESS), joined only to read its nodes, or one described by flags
+(--nodes N --gpus-per-node G [--cpus-per-node C] [--gpu-model MODEL]; no Ray at all). Each trial's
+duration comes from sweep/estimates.py, which says where from and how uncertain; the makespan is Tune's
+in-order dispatch simulated in the order the trials will be handed to it (sweep/packing.py), its range
+the same with every estimate at its low and high end. `run` prints the same plan before its trials
+start and records it in run.json (store.Estimate), and the next plan says how far off it was.
+`--json` prints the Plan dataclass below as JSON (README: "Planning a sweep").
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from sweep import cluster as ray_cluster
+from sweep import estimates, overrides, packing, spec, store
+from sweep.cluster import Node
+from sweep.errors import UsageError
+from sweep.estimates import Comparison, Estimator, Hardware, History
+from sweep.location import Location
+from sweep.runs import results_location
+from sweep.spec import Sweep
+from trainables.config import TrialConfig
+
+
+@dataclass(frozen=True)
+class Target:
+    """The cluster a plan is for: its nodes, the hardware its trials would train on, and how it was found."""
+
+    nodes: list[Node]
+    hardware: Hardware
+    description: str
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    gpus: float
+    cpus: float | None  # None: not given (a described cluster without --cpus-per-node)
+    fits: int  # trials whose bundle fits this node
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    trial_id: str
+    label: str  # framework, model, GPUs, batch, lr and the other settings the sweep varies
+    num_gpus: int
+    nodes: int  # nodes the trial spans
+    fits_nodes: int  # nodes of the cluster its bundle fits on
+    infeasible: str | None  # why it fits no node (the run stops, or records it with --skip-infeasible)
+    seconds: float | None  # estimated wall time; None: no estimate
+    source: str  # "measured", "model" or "none" (sweep/estimates.py)
+    runs: int  # earlier measurements behind the estimate
+    uncertainty: float | None  # relative: 0.1 is +-10%; None: not known
+    basis: str  # where the estimate came from, in words
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `plan` prints, as data (`--json`). Times in seconds; ranges are [low, high]."""
+
+    sweep: str
+    scale: str
+    overrides: dict[str, Any]  # the --set settings
+    cluster: str  # which cluster, and how it was found
+    hardware: str  # what the estimates are for
+    nodes: list[NodePlan]
+    order: str  # how the trial order was found
+    trials: list[TrialPlan]  # in the order they are handed to Tune; those that fit no node last
+    max_concurrent: int | None
+    makespan_s: float | None  # None: no estimate for some trial
+    makespan_range_s: list[float] | None
+    lower_bound_s: float | None  # max(GPU-seconds / cluster GPUs, longest trial)
+    gpu_hours: float | None
+    gpu_hours_range: list[float] | None
+    history: str  # what the estimates stand on
+    model_error: float | None  # the model-cost estimate's median error on the measured trials (leave one out)
+    last_run: Comparison | None  # the latest run's estimates against what its trials took
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    def record(self) -> store.Estimate:
+        """What run.json keeps of the plan: the trials handed to Tune, their estimates, the cluster."""
+        planned = [store.PlannedTrial(t.trial_id, t.seconds, t.source) for t in self.trials if t.infeasible is None]
+        return store.Estimate(self.hardware, planned, self.makespan_s, [n.gpus for n in self.nodes],
+                              [n.cpus if n.cpus is not None else math.inf for n in self.nodes], self.max_concurrent)
+
+    def lines(self) -> list[str]:
+        head = f"plan: {self.sweep} at scale {self.scale}, {len(self.trials)} trials"
+        out = [head + (f" ({overrides.options(self.overrides)})" if self.overrides else ""),
+               f"cluster: {self.cluster}; estimates for {self.hardware}"]
+        out += ["  " + line for line in table(
+            ["node", "GPUs", "CPUs", "fits"],
+            [[n.name, f"{n.gpus:g}", "-" if n.cpus is None else f"{n.cpus:g}", f"{n.fits} of {len(self.trials)} trials"]
+             for n in self.nodes], right={1, 2})]
+        out.append(f"trials, in the order they are handed to Tune ({self.order}):")
+        out += ["  " + line for line in table(
+            ["trial_id", "trial", "fits", "estimate", "from"],
+            [[t.trial_id, t.label, f"{t.fits_nodes} node{'s' if t.fits_nodes != 1 else ''}", _estimate(t), t.basis]
+             for t in self.trials])]
+        for t in self.trials:
+            if t.infeasible:
+                out.append(f"fits no node: {t.trial_id} {t.infeasible}")
+        out.append(self._totals())
+        out.append(self.history)
+        if self.last_run:
+            out.append("last " + self.last_run.line())
+        return out
+
+    def _totals(self) -> str:
+        limit = f", at most {self.max_concurrent} at once" if self.max_concurrent else ""
+        if self.makespan_s is None:
+            return f"estimated makespan and GPU-hours: unknown (no earlier run on this hardware to time the trials){limit}"
+        spread = lambda r, f: f" ({f(r[0])} to {f(r[1])})" if r and r[0] != r[1] else ""  # noqa: E731
+        hours = lambda h: f"{h:.4g}"  # noqa: E731
+        return (f"estimated makespan {_duration(self.makespan_s)}{spread(self.makespan_range_s, _duration)}{limit}, "
+                f"{self.makespan_s / self.lower_bound_s:.2f} x the lower bound; "
+                f"{hours(self.gpu_hours)} GPU-hours{spread(self.gpu_hours_range, hours)}")
+
+
+def table(head: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    """Columns padded to their widest cell (those in `right` aligned right)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    line = lambda cells: "  ".join(c.rjust(w) if i in right else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [line(head)] + [line(r) for r in rows]
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d} min"
+
+
+def _estimate(t: TrialPlan) -> str:
+    if t.seconds is None:
+        return "-"
+    seconds = f"{t.seconds:.3g} s" if t.seconds < 60 else _duration(t.seconds)
+    return seconds + (f" +-{t.uncertainty:.0%}" if t.uncertainty is not None else "")
+
+
+# --- the cluster ----------------------------------------------------------------------------------
+
+def emulated_shape(trials: Sequence[TrialConfig], emulate_gpus: int | None) -> tuple[int, int]:
+    """(Ray nodes, GPUs each) of an embedded Ray with emulated GPUs: as many nodes as the widest trial
+    spans, each with --emulate-gpus GPUs or twice the GPUs per node of the largest trial."""
+    return max(t.nodes for t in trials), emulate_gpus or 2 * max(t.gpus_per_node for t in trials)
+
+
+def machine_hardware(emulated: bool) -> Hardware:
+    """The hardware trials of an embedded Ray train on here: its GPU model, or its CPU's when emulated."""
+    from trainables import environment
+
+    kind = "cpu-emulated" if emulated else "gpu"
+    found = environment.capture(kind, 1)
+    return Hardware(kind, found["cpu_model"] if emulated else found["gpu_model"])
+
+
+def cluster_hardware(nodes: Sequence[Node]) -> tuple[Hardware, str]:
+    """A joined cluster's hardware as Ray names its GPUs (the model with the most GPUs), and a note."""
+    models: Counter[str] = Counter()
+    for node in nodes:
+        if node.gpus and node.accelerator:
+            models[node.accelerator] += node.gpus
+    if not models:  # fake GPUs (ray start --num-gpus on CPU nodes): trials emulate them
+        return Hardware("cpu-emulated", None), "its nodes name no GPU model (emulated GPUs)"
+    model = models.most_common(1)[0][0]
+    mixed = f" (mixed: {', '.join(f'{int(n)} {m}' for m, n in models.items())}; estimates for the most)" if len(models) > 1 else ""
+    return Hardware("gpu", model), f"{sum(models.values()):g} {model} GPUs{mixed}"
+
+
+def _shape(nodes: Sequence[Node], emulated: bool) -> str:
+    gpus = {n.gpus for n in nodes}
+    each = f"{next(iter(gpus)):g}" if len(gpus) == 1 else "/".join(f"{n.gpus:g}" for n in nodes)
+    return (f"{len(nodes)} node{'s' if len(nodes) > 1 else ''} with {each} {'emulated ' if emulated else ''}GPUs"
+            f"{' each' if len(nodes) > 1 else ''} and {nodes[0].cpus:g} CPUs")
+
+
+def embedded_target(trials: Sequence[TrialConfig], emulate_gpus: int | None, emulated: bool) -> Target:
+    """The embedded Ray `run` would start here for these trials, without starting it."""
+    from trainables import environment
+
+    count, gpus = emulated_shape(trials, emulate_gpus) if emulated else (1, environment.real_gpu_count())
+    cpus = float(os.cpu_count() or 1)  # what Ray finds on this machine
+    nodes = [Node(f"node-{i + 1}", "local", cpus, float(gpus)) for i in range(count)]
+    why = " (no GPU found)" if emulated and not emulate_gpus else ""
+    return Target(nodes, machine_hardware(emulated), f"an embedded Ray as `run` would start it here: {_shape(nodes, emulated)}{why}")
+
+
+def started_target(cluster: ray_cluster.Cluster, emulated: bool | None) -> Target:
+    """The cluster a run has started or joined, as Ray reports its nodes."""
+    if cluster.embedded:
+        return Target(cluster.nodes, machine_hardware(bool(emulated)), f"the embedded Ray: {_shape(cluster.nodes, bool(emulated))}")
+    hardware, note = cluster_hardware(cluster.nodes)
+    return Target(cluster.nodes, hardware, f"the joined Ray cluster: {len(cluster.nodes)} nodes, {note}")
+
+
+def described_target(args: argparse.Namespace) -> Target:
+    cpus = float(args.cpus_per_node) if args.cpus_per_node else math.inf
+    nodes = [Node(f"node-{i + 1}", "described", cpus, float(args.gpus_per_node)) for i in range(args.nodes)]
+    if args.gpu_model:
+        hardware, like = Hardware("gpu", args.gpu_model), ""
+    else:
+        from trainables import environment
+
+        hardware, like = machine_hardware(environment.real_gpu_count() == 0), " like this machine's (--gpu-model names others)"
+    cpu_text = f"{args.cpus_per_node} CPUs each" if args.cpus_per_node else "CPUs not given"
+    return Target(nodes, hardware, f"{args.nodes} nodes of {args.gpus_per_node} GPUs{like}, {cpu_text}")
+
+
+def joined_target(address: str, name: str) -> Target:
+    """The nodes of the cluster at `address`: joined as a driver to read them, then left."""
+    cluster = ray_cluster.start(address, 0, job_name=f"plan {name}")
+    try:
+        nodes = cluster.nodes
+    finally:
+        ray_cluster.stop(cluster)
+    hardware, note = cluster_hardware(nodes)
+    return Target(nodes, hardware, f"the Ray cluster at {address}: {len(nodes)} nodes, {note}")
+
+
+# --- the plan -------------------------------------------------------------------------------------------
+
+def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, history: History,
+          last_run: Comparison | None = None, max_concurrent: int | None = None) -> tuple[Plan, list[TrialConfig]]:
+    """The plan of these trials on the target, and the trials that fit in the order to hand them to Tune."""
+    estimator = Estimator(history, target.hardware)
+    guesses = {t.trial_id: estimator.guess(t) for t in trials}
+    bad = ray_cluster.infeasible({t.trial_id: (t.cpus_per_trial, t.gpus_per_node, t.nodes) for t in trials}, target.nodes)
+    fitting = [t for t in trials if t.trial_id not in bad]
+    timed = all(guesses[t.trial_id].seconds is not None for t in fitting)
+    # Without a time for every trial, the order still follows the models' relative costs.
+    seconds = {t.trial_id: guesses[t.trial_id].seconds + estimator.gap if timed else estimates.model_cost(t)
+               for t in fitting}
+    gpus = [n.gpus for n in target.nodes]
+    cpus = [n.cpus for n in target.nodes]
+    ordered, how, makespan = (packing.order(fitting, seconds, gpus, cpus, max_concurrent=max_concurrent)
+                              if fitting else ([], "no trial fits", 0.0))
+    axes = spec.varying_axes(trials)
+    trial_plans = [_trial_plan(t, guesses[t.trial_id], target.nodes, bad.get(t.trial_id), axes)
+                   for t in ordered + [t for t in trials if t.trial_id in bad]]
+    nodes = [NodePlan(n.node_id[:12], n.gpus, None if math.isinf(n.cpus) else n.cpus,
+                      sum(1 for t in trials if n.gpus >= t.gpus_per_node and n.cpus >= t.cpus_per_trial))
+             for n in target.nodes]
+    plan = Plan(sweep=sweep.name, scale=scale, overrides=dict(sweep.overrides), cluster=target.description,
+                hardware=str(target.hardware), nodes=nodes, order=how, trials=trial_plans, max_concurrent=max_concurrent,
+                history=_history_line(estimator), model_error=estimator.model_error, last_run=last_run,
+                **_totals(ordered, guesses, estimator.gap, gpus, cpus, max_concurrent, timed and bool(ordered), makespan))
+    return plan, ordered
+
+
+def _trial_plan(t: TrialConfig, guess: estimates.Guess, nodes: list[Node], infeasible: str | None,
+                axes: tuple[str, ...]) -> TrialPlan:
+    fits = sum(1 for n in nodes if n.gpus >= t.gpus_per_node and n.cpus >= t.cpus_per_trial)
+    return TrialPlan(t.trial_id, t.label(axes), t.num_gpus, t.nodes, fits, infeasible, guess.seconds, guess.source,
+                     guess.runs, guess.uncertainty, guess.basis)
+
+
+def _totals(ordered: list[TrialConfig], guesses: dict[str, estimates.Guess], gap: float, gpus: list[float],
+            cpus: list[float], max_concurrent: int | None, timed: bool, makespan: float) -> dict[str, Any]:
+    """Makespan and GPU-hours, each with its range: every estimate at its low, then its high end. The
+    makespan counts Tune's start-up gap per trial; GPU-hours, like the summary rows', the trials' wall time."""
+    if not timed:
+        return {"makespan_s": None, "makespan_range_s": None, "lower_bound_s": None, "gpu_hours": None,
+                "gpu_hours_range": None}
+    at = lambda side: {t.trial_id: guesses[t.trial_id].seconds * (1 + side * (guesses[t.trial_id].uncertainty or 0))  # noqa: E731
+                       for t in ordered}
+    low, mid, high = at(-1), at(0), at(1)
+    hours = lambda s: sum(store.gpu_hours(t.num_gpus, s[t.trial_id]) for t in ordered)  # noqa: E731
+    dispatch = lambda s: {tid: v + gap for tid, v in s.items()}  # noqa: E731
+    return {"makespan_s": makespan,
+            "makespan_range_s": [packing.simulate(ordered, dispatch(s), gpus, cpus, max_concurrent) for s in (low, high)],
+            "lower_bound_s": packing.lower_bound(ordered, dispatch(mid), sum(gpus)),
+            "gpu_hours": hours(mid), "gpu_hours_range": [hours(low), hours(high)]}
+
+
+def _history_line(estimator: Estimator) -> str:
+    if not estimator.found:
+        return f"estimates: no earlier run on {estimator.hardware} in the store; a first run of the sweep teaches them"
+    error = (f"; the model-cost estimate's error on them +-{estimator.model_error:.0%} (median, each predicted from the others)"
+             if estimator.model_error is not None else "")
+    gap = (f"; the makespan adds Tune's start-up, {estimator.gap:.1f} s per trial in {_count(estimator.gap_sessions, 'earlier session')}"
+           if estimator.gap_sessions else "")
+    return (f"estimates from {_count(len(estimator.walls), 'trial')} measured in {_count(estimator.runs, 'earlier run')} "
+            f"on {estimator.hardware}{error}{gap}")
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+def last_run(results: Location, name: str) -> Comparison | None:
+    """How far off the latest estimated run of the sweep was (runs from before estimates were recorded are skipped)."""
+    for run_dir in reversed(store.run_dirs(results, name)):
+        run = store.RunStore(run_dir)
+        try:
+            meta = run.meta
+            if not any(s.estimate for s in meta.sessions):
+                continue
+            found = estimates.compare(meta, run.trial_rows())
+        except store.StoreError:
+            continue
+        if found:
+            return found
+    return None
+
+
+# --- the command --------------------------------------------------------------------------------------
+
+def _cluster_kind(args: argparse.Namespace) -> str:
+    """Which cluster the options name: "described", "joined" or "embedded"; options that clash are refused."""
+    if args.nodes is not None or args.gpus_per_node is not None:
+        if args.address or args.emulate_gpus:
+            raise UsageError("--nodes and --gpus-per-node describe a cluster; --address and --emulate-gpus name a "
+                             "real one: give one or the other")
+        if args.nodes is None or args.gpus_per_node is None:
+            raise UsageError("--nodes and --gpus-per-node go together")
+        return "described"
+    if args.cpus_per_node or args.gpu_model:
+        raise UsageError("--cpus-per-node and --gpu-model describe a cluster's nodes: give --nodes and --gpus-per-node too")
+    if args.address or os.environ.get("RAY_ADDRESS"):
+        if args.emulate_gpus:
+            raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
+        return "joined"
+    return "embedded"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """`python -m sweep plan NAME|FILE`: the plan of a new run, printed (or as JSON); nothing is started."""
+    from trainables import environment
+
+    sweep = overrides.apply(spec.load(args.sweep), overrides.parse(args.set))
+    results = results_location(args.results)
+    kind = _cluster_kind(args)
+    target: Target | None = None
+    if kind == "described":
+        target = described_target(args)
+        emulated: bool | None = target.hardware.kind == "cpu-emulated"
+    elif kind == "joined":
+        target, emulated = joined_target(args.address or os.environ["RAY_ADDRESS"], sweep.name), None
+    else:
+        emulated = bool(args.emulate_gpus) or environment.real_gpu_count() == 0
+    scale = args.scale or ("smoke" if emulated else "full")  # as `run` chooses it
+    trials = sweep.trials(scale)
+    target = target or embedded_target(trials, args.emulate_gpus, bool(emulated))
+    plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name),
+                    args.max_concurrent)
+    print(plan.to_json() if args.json else "\n".join(plan.lines()))
+    return 0

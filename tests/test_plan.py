@@ -1,0 +1,300 @@
+"""plan, --set, runs, status --run and rm, on two runs the engine makes once for the module.
+
+The runs: tests/sweeps/tiny_mxnet.yaml with `--set epochs=1 --set batch_per_gpu=8` (two trials: 1 and 2
+GPUs), first on one emulated GPU with --skip-infeasible (the 1-GPU trial runs, the 2-GPU one is recorded
+infeasible; nothing is known yet, so nothing is estimated), then on the default four (the 1-GPU trial is
+estimated from the first run, the 2-GPU one from the model's cost at its measured rate).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT, SWEEPS, run_cli
+
+from sweep import store
+from sweep.plan import Plan
+from sweep.runs import resume_command
+
+SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
+SETS = ["--set", "epochs=1", "--set", "batch_per_gpu=8"]
+
+
+@dataclass(frozen=True)
+class EngineRuns:
+    results: Path
+    first: subprocess.CompletedProcess  # on one emulated GPU: the 2-GPU trial infeasible
+    second: subprocess.CompletedProcess  # on four: both trials, estimated from the first
+    run_ids: list[str]
+
+    def run_dir(self, i: int) -> Path:
+        return self.results / "tiny_mxnet" / self.run_ids[i]
+
+    def meta(self, i: int) -> store.RunMeta:
+        return store.RunStore(self.run_dir(i)).meta
+
+    def trials(self, i: int) -> pd.DataFrame:
+        return pd.read_parquet(self.run_dir(i) / "trials").set_index("trial_id")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> EngineRuns:
+    results = tmp_path_factory.mktemp("plan") / "results"
+    first = run_cli(SWEEP, *SETS, "--emulate-gpus", "1", "--skip-infeasible", "--results", str(results), timeout=400)
+    second = run_cli(SWEEP, *SETS, "--results", str(results), timeout=400)
+    ids = [p.name for p in store.run_dirs(results, "tiny_mxnet")]
+    return EngineRuns(results, first, second, ids)
+
+
+def one_line_error(out: subprocess.CompletedProcess, *words: str) -> None:
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
+    for word in words:
+        assert word in out.stderr, (word, out.stderr)
+
+
+def cli(capsys: pytest.CaptureFixture, *args: str) -> subprocess.CompletedProcess:
+    """The CLI in this process (its refusals take milliseconds; a process of its own takes seconds to start)."""
+    from sweep.cli import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
+def test_each_run_is_headed_by_its_plan_which_run_json_records(runs: EngineRuns) -> None:
+    assert runs.first.returncode == 1 and runs.second.returncode == 0, runs.second.stdout[-3000:] + runs.second.stderr[-2000:]
+    assert len(runs.run_ids) == 2
+    one, two = (t.trial_id for t in _trials())
+    for out in (runs.first, runs.second):  # the plan comes before the run starts
+        assert out.stdout.index("plan: tiny_mxnet at scale smoke, 2 trials (--set batch_per_gpu=8 --set epochs=1)") \
+            < out.stdout.index("sweep tiny_mxnet: 2 trials at scale smoke")
+    assert f"fits no node: {two} needs 2 GPUs" in runs.first.stdout
+    assert "estimated makespan and GPU-hours: unknown" in runs.first.stdout
+    first = runs.meta(0).sessions[0].estimate
+    assert [(t.trial_id, t.seconds, t.source) for t in first.trials] == [(one, None, "none")]  # the infeasible one is not handed to Tune
+    second = runs.meta(1).sessions[0].estimate
+    planned = {t.trial_id: t for t in second.trials}
+    assert planned[one].source == "measured" and planned[one].seconds == pytest.approx(runs.trials(0).wall_time_s[one])
+    assert planned[two].source == "model" and planned[two].seconds > 0
+    assert second.hardware.startswith("cpu-emulated (") and second.node_gpus == [4.0] and second.makespan_s > 0
+    # The run ends saying how far off its estimates were.
+    actual = runs.trials(1).wall_time_s
+    errors = [abs(planned[t].seconds - actual[t]) / actual[t] for t in (one, two)]
+    assert f"estimates off by a median {statistics.median(errors):.0%} over 2 trials" in runs.second.stdout
+
+
+def test_set_is_recorded_and_part_of_the_runs_identity(runs: EngineRuns, capsys: pytest.CaptureFixture) -> None:
+    meta = runs.meta(0)
+    assert meta.overrides == {"epochs": 1, "batch_per_gpu": 8}
+    assert set(runs.trials(0).epochs) == {1} and set(runs.trials(0).batch_per_gpu) == {8}
+    assert resume_command("tiny_mxnet", meta, "results").endswith("--set batch_per_gpu=8 --set epochs=1")
+    # The first run has an infeasible trial: --retry-failed would run it again. Another --set is refused ...
+    resume = [SWEEP, "--resume", meta.run_id, "--retry-failed", "--results", str(runs.results)]
+    out = run_cli(*resume, "--set", "epochs=2", "--set", "batch_per_gpu=8", timeout=60)
+    one_line_error(out, f"run {meta.run_id} was started with --set batch_per_gpu=8 --set epochs=1",
+                   "this command gives --set batch_per_gpu=8 --set epochs=2", "--force")
+    one_line_error(cli(capsys, *resume), "this command gives no --set")
+    # ... and the same one, or --force, gets past that check (to the next: the scale asked for, before Ray starts).
+    for extra in (SETS, ["--force", "--set", "lr=0.1"]):
+        one_line_error(cli(capsys, *resume, *extra, "--scale", "full"), "is at scale smoke, not full")
+
+
+def test_bad_set_is_one_line_naming_it_for_run_show_and_plan(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cases = [(["--set", "lr=abc"], "--set lr=abc: expected a number"),
+             (["--set", "nope=1"], "--set nope=1: unknown setting 'nope'"),
+             (["--set", "lr"], "--set lr: expected key=value"),
+             (["--set", "lr=[1,"], "--set lr=[1,: malformed value"),
+             (["--set", "epochs=1", "--set", "epochs=2"], "epochs is set twice"),
+             (["--set", "warmup_epochs=5"], "--set warmup_epochs=5: warmup_epochs: expected fewer than epochs (3)")]
+    results = tmp_path / "results"
+    for args, words in cases:
+        for command in (["run"], ["show"], ["plan", "--results", str(results)]):
+            out = cli(capsys, *command, SWEEP, *args, *(["--results", str(results)] if command == ["run"] else []))
+            one_line_error(out, words)
+    assert not results.exists()
+    one_line_error(run_cli(SWEEP, "--set", "lr=abc", "--results", str(results), timeout=60), "--set lr=abc")  # as a user runs it
+    show = run_cli("show", SWEEP, "--scale", "smoke", *SETS, timeout=60)
+    assert show.returncode == 0 and "scale smoke: 2 trials" in show.stdout and "with --set batch_per_gpu=8 --set epochs=1" in show.stdout
+
+
+def test_plan_lists_trials_fits_and_estimates_without_data_or_ray(runs: EngineRuns) -> None:
+    before = sorted(str(p) for p in runs.results.rglob("*"))
+    t0 = time.time()
+    out = run_cli("plan", SWEEP, *SETS, "--results", str(runs.results), timeout=60)  # no data/ folder here
+    assert out.returncode == 0, out.stderr
+    assert time.time() - t0 < 30 and "Ray dashboard" not in out.stdout and "CIFAR" not in out.stdout  # nothing started
+    assert sorted(str(p) for p in runs.results.rglob("*")) == before  # nothing written
+    one, two = (t.trial_id for t in _trials())
+    lines = out.stdout.splitlines()
+    assert lines[0] == "plan: tiny_mxnet at scale smoke, 2 trials (--set batch_per_gpu=8 --set epochs=1)"
+    assert "an embedded Ray as `run` would start it here: 1 node with 4 emulated GPUs" in lines[1]
+    walls = [runs.trials(i).wall_time_s[one] for i in (0, 1)]
+    row = next(line for line in lines if line.startswith(f"  {one}"))
+    assert "median of 2 earlier runs of this trial" in row and f"{statistics.median(walls):.3g} s" in row
+    # The 2-GPU trial ran once (the first run found it no node): its spread is the one repeated trials showed.
+    spread = max(abs(w - statistics.median(walls)) for w in walls) / statistics.median(walls)
+    assert f"1 earlier run of this trial; repeats here vary +-{spread:.0%}" in next(l for l in lines if l.startswith(f"  {two}"))
+    assert "estimates from 2 trials measured in 2 earlier runs on cpu-emulated" in out.stdout
+    # The last run's estimates set against what its trials took, as run.json and the summary rows say.
+    assert f"last run {runs.run_ids[1]} (session 1): estimates off by a median" in out.stdout
+
+
+def test_plan_json_is_the_plan_dataclass(runs: EngineRuns) -> None:
+    out = run_cli("plan", SWEEP, *SETS, "--results", str(runs.results), "--json", timeout=60)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert set(plan) == {f.name for f in fields(Plan)}
+    assert plan["overrides"] == {"epochs": 1, "batch_per_gpu": 8} and plan["scale"] == "smoke"
+    assert [t["source"] for t in plan["trials"]] == ["measured", "measured"]
+    low, high = plan["makespan_range_s"]
+    assert low <= plan["makespan_s"] <= high and plan["lower_bound_s"] <= plan["makespan_s"]
+    hours = sum(t["num_gpus"] * t["seconds"] for t in plan["trials"]) / 3600
+    assert plan["gpu_hours"] == pytest.approx(hours)
+    last = plan["last_run"]
+    assert last["run_id"] == runs.run_ids[1] and last["trials"] == 2
+    assert last["makespan_actual_s"] == pytest.approx(runs.trials(1).ended_at.max() - runs.trials(1).started_at.min())
+
+
+def test_plan_for_a_described_cluster_needs_no_ray(runs: EngineRuns, capsys: pytest.CaptureFixture) -> None:
+    base = ["plan", SWEEP, *SETS, "--results", str(runs.results)]
+    two = _trials()[1].trial_id
+    small = cli(capsys, *base, "--nodes", "2", "--gpus-per-node", "1", "--cpus-per-node", "4")
+    assert small.returncode == 0, small.stderr
+    assert "2 nodes of 1 GPUs like this machine's" in small.stdout and f"fits no node: {two}" in small.stdout
+    other = cli(capsys, *base, "--nodes", "4", "--gpus-per-node", "8", "--gpu-model", "H100")
+    assert other.returncode == 0 and "estimates for gpu (H100)" in other.stdout
+    assert "estimated makespan and GPU-hours: unknown" in other.stdout  # nothing measured on an H100 here
+    for args, words in [(["--nodes", "2"], "--nodes and --gpus-per-node go together"),
+                        (["--gpu-model", "H100"], "give --nodes and --gpus-per-node too"),
+                        (["--nodes", "2", "--gpus-per-node", "2", "--address", "127.0.0.1:1"], "give one or the other"),
+                        (["--nodes", "0", "--gpus-per-node", "2"], "--nodes: expected an integer >= 1")]:
+        one_line_error(cli(capsys, *base, *args), words)
+
+
+def test_runs_lists_every_run_with_its_counts_gpu_hours_date_and_command(runs: EngineRuns, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    for args in (["runs"], ["runs", "tiny_mxnet"], ["runs", SWEEP]):
+        out = run_cli(*args, "--results", str(runs.results), timeout=60) if args == ["runs"] else cli(
+            capsys, *args, "--results", str(runs.results))
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0].split()[:5] == ["sweep", "run", "scale", "started", "trials"] and len(lines) == 3
+        for i, (done, failed) in enumerate([(1, 1), (2, 0)]):
+            cells = lines[i + 1].split()
+            meta = runs.meta(i)
+            assert cells[:3] == ["tiny_mxnet", meta.run_id, "smoke"]
+            assert cells[3] == time.strftime("%Y-%m-%d", time.localtime(meta.sessions[0].started_at))
+            assert cells[5:10] == ["2", str(done), str(failed), "0", "0"]
+            assert cells[10] == f"{store.RunStore(runs.run_dir(i)).gpu_hours():.4f}" and cells[11] == "finished"
+            assert lines[i + 1].endswith(meta.command) and "--set epochs=1" in meta.command
+    one_line_error(cli(capsys, "runs", "nosuch", "--results", str(runs.results)), "no run of nosuch")
+    empty = cli(capsys, "runs", "--results", str(tmp_path / "none"))
+    assert empty.returncode == 0 and empty.stdout.startswith("no runs under")
+
+
+def test_status_of_a_given_run(runs: EngineRuns, capsys: pytest.CaptureFixture) -> None:
+    first = runs.run_ids[0]
+    out = run_cli("status", SWEEP, "--run", first, "--results", str(runs.results), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"tiny_mxnet run {first} (smoke scale, 2 trials): 1 done, 0 running or interrupted, 1 failed, 0 pending" in out.stdout
+    latest = cli(capsys, "status", "tiny_mxnet", "--results", str(runs.results))
+    assert f"run {runs.run_ids[1]} " in latest.stdout and "2 done" in latest.stdout
+    for bad in ("nope", "../tiny_mxnet", "."):
+        one_line_error(cli(capsys, "status", SWEEP, "--run", bad, "--results", str(runs.results)), f"no run {bad}")
+
+
+def rm(results: Path, run_id: str, *extra: str, answer: str | None = None) -> subprocess.CompletedProcess:
+    """`rm` with its input a pipe, or a terminal that types `answer`."""
+    args = [sys.executable, "-m", "sweep", "rm", "tiny_mxnet", run_id, "--results", str(results), *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if answer is None:
+        return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    main, terminal = pty.openpty()
+    try:
+        os.write(main, answer.encode() + b"\n")
+        return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env, stdin=terminal)
+    finally:
+        os.close(main)
+        os.close(terminal)
+
+
+def test_rm_asks_first_and_deletes_only_what_it_is_told(runs: EngineRuns, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(runs.results, results)  # the engine's runs, deletable
+    first, second = runs.run_ids
+    one_line_error(rm(results, first), "not a terminal", "--yes")  # asks, and nobody can answer
+    kept = rm(results, first, answer="n")
+    assert kept.returncode == 0 and "not deleted" in kept.stdout and f"run {first} of tiny_mxnet: finished" in kept.stdout
+    assert (results / "tiny_mxnet" / first / "run.json").is_file()
+    gone = rm(results, first, answer="y")
+    assert gone.returncode == 0 and f"deleted run {first}" in gone.stdout, gone.stdout + gone.stderr
+    assert not (results / "tiny_mxnet" / first).exists() and (results / "tiny_mxnet" / second / "run.json").is_file()
+    assert cli(capsys, "rm", "tiny_mxnet", second, "--yes", "--results", str(results)).returncode == 0
+    assert store.run_dirs(results, "tiny_mxnet") == []
+    for bad in ("nope", "../../etc"):
+        one_line_error(cli(capsys, "rm", "tiny_mxnet", bad, "--yes", "--results", str(results)), f"no run {bad} of tiny_mxnet")
+
+
+def _trials():
+    """The fixture's two trials: 1 GPU, then 2."""
+    from sweep import overrides, spec
+
+    trials = overrides.apply(spec.load(SWEEP), {"epochs": 1, "batch_per_gpu": 8}).trials("smoke")
+    return sorted(trials, key=lambda t: t.num_gpus)
+
+
+def test_the_benchmark_replays_the_history_as_the_runs_saw_it(runs: EngineRuns) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "estimates.py"), "--results", str(runs.results)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[1]: line.split() for line in out.stdout.splitlines() if line.startswith("tiny_mxnet ")}
+    first, second = runs.run_ids
+    assert rows[first][2:6] == ["1", "0", "0", "1"]  # trials, measured, model, none: nothing known before it
+    assert rows[second][2:6] == ["2", "1", "1", "0"]
+    # Replayed from the runs before it, the second run's estimates are those it recorded when it started.
+    recorded = {t.trial_id: t.seconds for t in runs.meta(1).sessions[0].estimate.trials}
+    actual = runs.trials(1).wall_time_s
+    errors = [abs(recorded[t] - actual[t]) / actual[t] for t in recorded]
+    assert rows[second][6] == f"{statistics.median(errors):.0%}"
+    replayed, taken, made = rows[second][9], rows[second][11], rows[second][13]  # "1.7 / 2.9 s (1.7 s)"
+    makespan = runs.trials(1).ended_at.max() - runs.trials(1).started_at.min()
+    assert replayed == made.strip("(") and float(taken) == pytest.approx(makespan, abs=0.05)
+    assert "trial estimates: median |error|" in out.stdout and "over 2 trials" in out.stdout
+
+
+def test_a_run_json_from_before_plans_and_set_still_reads(runs: EngineRuns) -> None:
+    """An engine-made run.json with the fields this feature added taken out, as earlier engines wrote it."""
+    raw = json.loads((runs.run_dir(1) / "run.json").read_text())
+    del raw["overrides"]
+    for session in raw["sessions"]:
+        del session["estimate"]
+    meta = store.RunMeta.from_json(json.dumps(raw), "run.json")
+    assert meta.overrides == {} and meta.sessions[0].estimate is None
+    assert meta.sessions[0].command == runs.meta(1).command and meta.trials == runs.meta(1).trials
+
+
+def test_a_damaged_run_is_listed_as_such_and_can_still_be_deleted(runs: EngineRuns, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(runs.results, results)
+    first, second = runs.run_ids
+    (results / "tiny_mxnet" / first / "run.json").write_text("{not json")
+    listed = cli(capsys, "runs", "--results", str(results))
+    assert listed.returncode == 0, listed.stderr
+    assert f"tiny_mxnet {first}: unreadable:" in listed.stdout and f"tiny_mxnet  {second}" in listed.stdout
+    plan = cli(capsys, "plan", SWEEP, *SETS, "--results", str(results))  # its summary rows still teach
+    assert plan.returncode == 0 and "in 2 earlier runs on" in plan.stdout, plan.stdout + plan.stderr
+    gone = cli(capsys, "rm", "tiny_mxnet", first, "--yes", "--results", str(results))
+    assert gone.returncode == 0 and not (results / "tiny_mxnet" / first).exists(), gone.stdout + gone.stderr
