@@ -1,7 +1,6 @@
 """python -m sweep: list | show NAME | [run] NAME|PATH.yaml [options] | status NAME | report NAME|RUN_DIR.
 
-Exit codes: 0 every trial completed; 1 some trials failed (their rows are written); 2 a usage, spec,
-data or feasibility error, reported in one line. The driver never imports MXNet or TensorFlow.
+Exit codes: EXIT_CODES below (`--help` lists them). The driver never imports MXNet or TensorFlow.
 """
 from __future__ import annotations
 
@@ -10,11 +9,21 @@ import os
 import sys
 from typing import Any
 
-from sweep import spec
+from sweep import limits, spec
 from sweep.errors import UsageError, UserError
+from sweep.gcs import LOST_EXIT
 from trainables.config import TrialConfig
 
 COMMANDS = ("list", "show", "run", "report", "status")
+EXIT_CODES = {
+    0: "every trial completed",
+    1: "some trial did not complete (its rows are written)",
+    2: "a usage, sweep-file, data, results-store, cluster or feasibility error, said in one line",
+    LOST_EXIT: "the Ray cluster (its GCS or head node) was lost mid-run: the run is kept, --resume continues it",
+    130: "interrupted by Ctrl-C (--resume continues the run)",
+    143: "stopped by SIGTERM (--resume continues the run)",
+}
+EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,13 +32,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m sweep", description="Parallel sweeps of data-parallel training benchmarks on Ray Tune.")
+    parser = _Parser(prog="python -m sweep", description="Parallel sweeps of data-parallel training benchmarks on Ray Tune.",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    max_trials = {"type": int, "default": limits.MAX_TRIALS, "metavar": "N",
+                  "help": f"refuse a sweep file whose grid gives more than N trials at a scale (default {limits.MAX_TRIALS:,})"}
     sub.add_parser("list", help="every sweep in search_spaces/ with its description")
     show = sub.add_parser("show", help="the expanded trials of a sweep")
     show.add_argument("sweep", help="sweep name or path to a .yaml file")
     show.add_argument("--scale", choices=spec.SCALES, default=None, help="default: both scales' counts, the full table")
-    run = sub.add_parser("run", help="run a sweep (also: python -m sweep NAME)")
+    show.add_argument("--max-trials", **max_trials)
+    run = sub.add_parser("run", help="run a sweep (also: python -m sweep NAME)", epilog=EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("sweep", help="sweep name or path to a .yaml file")
     run.add_argument("--scale", choices=spec.SCALES, help="default: full where GPUs exist, smoke where they are emulated")
     run.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else an embedded local Ray)")
@@ -49,9 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the latest unfinished run of the sweep (or RUN_ID): ended trials are not run again")
     run.add_argument("--retry-failed", action="store_true", help="with --resume: run failed and OOM trials again")
     run.add_argument("--force", action="store_true", help="with --resume: resume although the sweep file changed")
+    run.add_argument("--max-trials", **max_trials)
     status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run")
     status.add_argument("sweep", help="sweep name or path to a .yaml file")
     status.add_argument("--results", default="results", help="results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)")
+    status.add_argument("--max-trials", **max_trials)
     report = sub.add_parser("report", help="tables (Markdown, CSV) and plots of a run")
     report.add_argument("target", help="a run folder, or a sweep name (its latest run under --results)")
     report.add_argument("--out", help="output folder (default: RUN_DIR/report)")
@@ -66,10 +82,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
-    for opt, least in (("emulate_gpus", 1), ("max_concurrent", 1), ("max_failures", 0)):
+    for opt, (least, most) in limits.OPTION_RANGE.items():
         value = getattr(args, opt, None)
-        if value is not None and value < least:
-            raise UsageError(f"--{opt.replace('_', '-')}: expected an integer >= {least}, got {value}")
+        if value is not None and not least <= value <= most:
+            raise UsageError(f"--{opt.replace('_', '-')}: expected an integer >= {least} and <= {most}, got {value}")
+    if getattr(args, "resume", None) not in (None, "latest") and limits.name_problem(args.resume):
+        raise UsageError(f"--resume: expected a run id (as status prints it), got {limits.quote(args.resume)}")
     return args
 
 
@@ -102,7 +120,7 @@ def _fmt(value: Any) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    sweep = spec.load(args.sweep)
+    sweep = spec.load(args.sweep, args.max_trials)
     print(f"{sweep.name}: {sweep.description}")
     if sweep.study:
         print(f"reproduces: {sweep.study}")

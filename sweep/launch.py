@@ -13,18 +13,20 @@ import os
 import shlex
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep import spec, store
+from sweep import gcs, limits, spec, store
 from sweep.errors import UsageError
 from sweep.location import Location
 from sweep.runs import RunState, latest_unfinished, reach, read_run, results_location, resume_command
 from sweep.schema import Status
 from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
+from sweep.version import engine_version
 from trainables.config import TrialConfig
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -45,31 +47,49 @@ class Launch:
     emulated: bool | None  # None: a joined cluster, where each node tells for itself
     nodes: int  # Ray nodes of an embedded Ray (1 unless trials span nodes)
     gpus_per_node: int  # GPUs each of them gets: the real ones, or as many emulated
+    run_id: str  # the resumed run's, or the new run's (its folder is made only once every check passed)
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from sweep import cluster as ray_cluster
 
+    import ray
+
     launch = prepare(args)
+    gcs.outlast_ray(joined=launch.address is not None)
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
                                 job_name=launch.sweep.name, nodes=launch.nodes)
+    opened = threading.Event()  # set once the run's folder exists: then a loss has a run to resume
+    grace = gcs.RAY_RECONNECT_S if launch.address else gcs.EMBEDDED_GRACE_S
     try:
-        return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]))
+        with gcs.Watchdog(ray.get_runtime_context().gcs_address, grace, lambda why: _lost(args, launch, opened, why)):
+            return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]), opened)
     finally:
         ray_cluster.stop(cluster)
+
+
+def _lost(args: argparse.Namespace, launch: Launch, opened: threading.Event, why: str) -> None:
+    """The cluster went away under the run: say so in one line, with the command that continues it."""
+    where = "its head node or GCS" if launch.address else "the embedded Ray's GCS"
+    if opened.is_set():
+        gcs.exit_lost(f"lost the Ray cluster mid-run ({where}: {why}); the rows written so far are kept",
+                      "resume with: " + resume_command(args.sweep, launch.run_id, args.results))
+    gcs.exit_lost(f"lost the Ray cluster before the run started ({where}: {why}); nothing was written", None)
 
 
 def prepare(args: argparse.Namespace) -> Launch:
     """Every check of a run that needs no Ray, in the order a user would fix them."""
     from trainables import environment
 
-    sweep = spec.load(args.sweep)
+    sweep = spec.load(args.sweep, args.max_trials)
     results = results_location(args.results)
     address = args.address or os.environ.get("RAY_ADDRESS")
     if address and args.emulate_gpus:
         raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
     if (args.force or args.retry_failed) and not args.resume:
         raise UsageError("--force and --retry-failed go with --resume")
+    if address:
+        gcs.check_address(address)  # seconds; before the run's state and the data are looked at
     resumed = _resume_target(args, sweep, results) if args.resume else None
     if resumed:
         sweep = _as_started(args, sweep, resumed)
@@ -85,15 +105,28 @@ def prepare(args: argparse.Namespace) -> Launch:
     nodes, gpus_per_node = 1, real_gpus
     if emulated:
         # Trials spanning nodes get as many emulated nodes, each with the GPUs of one.
-        nodes = max(t.nodes for t in all_trials)
-        gpus_per_node = args.emulate_gpus or 2 * max(t.gpus_per_node for t in all_trials)
+        nodes, needed = max(t.nodes for t in all_trials), max(t.gpus_per_node for t in all_trials)
+        _check_emulation(nodes, needed)
+        gpus_per_node = args.emulate_gpus or min(2 * needed, max(needed, limits.MAX_EMULATED_GPUS))
         why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
         where = f"{nodes} Ray nodes on this machine with {gpus_per_node} GPUs each" if nodes > 1 else f"{gpus_per_node} GPUs in Ray"
         print(f"{why}: emulating {where}, each trial on as many CPU devices "
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
     data_dir = _data_dir(args, sweep, trials, scale, resumed)
     reach(results, args.results, write=True)  # after every other check, before Ray starts
-    return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node)
+    run_id = resumed.meta.run_id if resumed else store.new_run_id()
+    return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node,
+                  run_id)
+
+
+def _check_emulation(nodes: int, gpus_per_node: int) -> None:
+    """The embedded emulation starts Ray nodes and CPU devices on this one machine: a few, not a cluster's worth."""
+    if nodes > limits.MAX_EMULATED_NODES:
+        raise UsageError(f"trials span up to {nodes} nodes; the embedded Ray emulates at most {limits.MAX_EMULATED_NODES} "
+                         "on one machine: run them on a cluster (--address)")
+    if gpus_per_node > limits.MAX_EMULATED_GPUS:
+        raise UsageError(f"trials need {gpus_per_node} GPUs on a node; the embedded Ray emulates at most "
+                         f"{limits.MAX_EMULATED_GPUS} per node: run them on a cluster (--address)")
 
 
 def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) -> RunState:
@@ -123,7 +156,7 @@ def _as_started(args: argparse.Namespace, sweep: Sweep, resumed: RunState) -> Sw
                          f"({_first_difference(stored, sweep.text)}); --force resumes it as it was started")
     if args.scale and args.scale != resumed.meta.scale:
         raise UsageError(f"run {resumed.meta.run_id} is at scale {resumed.meta.scale}, not {args.scale}")
-    return spec.parse(stored, sweep.path)
+    return spec.parse(stored, sweep.path, args.max_trials)
 
 
 def _first_difference(old: str, new: str) -> str:
@@ -182,12 +215,10 @@ def _git_commit() -> str | None:
 
 def _session(command: str, address: str | None) -> Session:
     """This start of the driver, with the engine that runs it (every row of the session names it too)."""
-    from importlib.metadata import version
-
     import ray
 
     return Session(command=command, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
-                   address=address, engine_version=version("sweep"), git_commit=_git_commit(),
+                   address=address, engine_version=engine_version(), git_commit=_git_commit(),
                    ray_version=ray.__version__)
 
 
@@ -199,7 +230,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
         print(f"resuming run {meta.run_id} of {launch.sweep.name}: {len(launch.trials)} of "
               f"{len(launch.all_trials)} trials to run")
     else:
-        meta = RunMeta(sweep=launch.sweep.name, run_id=store.new_run_id(), scale=launch.scale,
+        meta = RunMeta(sweep=launch.sweep.name, run_id=launch.run_id, scale=launch.scale,
                        spec_path=str(launch.sweep.path), spec_sha256=store.sha256(launch.sweep.text),
                        data_dir=launch.data_dir, emulated=launch.emulated,
                        trials=[t.trial_id for t in launch.all_trials])
@@ -211,7 +242,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
     return run
 
 
-def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -> int:
+def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, opened: threading.Event) -> int:
     from sweep import cluster as ray_cluster
     from sweep import dashboard, packing, runner
     from sweep.trial import TrialRuntime
@@ -227,22 +258,27 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
             raise UsageError(f"{len(bad)} of {len(trials)} trials fit no node of the cluster (table above); "
                              "--skip-infeasible records them as infeasible and runs the rest")
     session = _session(command, args.address)
-    run = _open_run(launch, session)
-    meta = run.meta
     columns = {"engine_version": session.engine_version, "git_commit": session.git_commit,
-               "ray_version": session.ray_version, "sweep": launch.sweep.name, "run_id": meta.run_id,
+               "ray_version": session.ray_version, "sweep": launch.sweep.name, "run_id": launch.run_id,
                "scale": launch.scale}
+    runnable = [t for t in trials if t.trial_id not in bad]
+    order = None
+    if runnable:
+        seconds = packing.estimate(runnable, packing.measured_seconds(launch.results, launch.sweep.name))
+        runnable, how, makespan = packing.order(runnable, seconds, [n.gpus for n in cluster.nodes],
+                                                [n.cpus for n in cluster.nodes])
+        bound = packing.lower_bound(runnable, seconds, cluster.total_gpus)
+        order = f"trial order: {how}, estimated makespan {makespan / bound:.2f} x the lower bound"
+    run = _open_run(launch, session)  # the store is written only now, once every check has passed
+    opened.set()
+    meta = run.meta
     for t in trials:
         if t.trial_id in bad:
             summary = store.summarize(t.trial_id, t, [], Status.INFEASIBLE, columns)
             run.finish_trial({**summary, "error_type": "Infeasible", "error": bad[t.trial_id]}, [])
-    trials = [t for t in trials if t.trial_id not in bad]
-    if trials:
-        seconds = packing.estimate(trials, packing.measured_seconds(launch.results, launch.sweep.name))
-        trials, how, makespan = packing.order(trials, seconds, [n.gpus for n in cluster.nodes],
-                                              [n.cpus for n in cluster.nodes])
-        bound = packing.lower_bound(trials, seconds, cluster.total_gpus)
-        print(f"trial order: {how}, estimated makespan {makespan / bound:.2f} x the lower bound")
+    trials = runnable
+    if order:
+        print(order)
     runtime = TrialRuntime(run_dir=str(run.dir), data_dir=launch.data_dir, emulated=launch.emulated,
                            columns=columns, label_axes=spec.varying_axes(launch.all_trials))
     plan = runner.RunPlan(sweep=launch.sweep, trials=trials, total=len(launch.all_trials), store=run,

@@ -91,7 +91,7 @@ def resume_command(sweep: str, run_id: str, results: str) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """`python -m sweep status NAME`: the latest run's trials by state, its GPU-hours, how to continue it."""
-    sweep = spec.load(args.sweep)
+    sweep = spec.load(args.sweep, args.max_trials)
     results = results_location(args.results)
     runs = store.run_dirs(results, sweep.name)
     if not runs:

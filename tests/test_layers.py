@@ -6,9 +6,9 @@ from its own layer or those below it, never above:
 
   entry          sweep.__main__, sweep.cli
   commands       sweep.launch (run), sweep.runs (status), sweep.report.* (report)
-  driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.spec
+  driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.spec, sweep.gcs
   trial process  sweep.trial, sweep.workers
-  store          sweep.store, sweep.schema, sweep.location, sweep.errors
+  store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.limits, sweep.version
   frameworks     trainables.mxnet.*, trainables.tensorflow.*
   trainables     trainables.loop, .data, .measure, .environment, .zoo, .config, .local
 
@@ -28,9 +28,10 @@ from conftest import ROOT
 LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
     ("commands", {"sweep.launch", "sweep.runs", "sweep.report"}),
-    ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.spec"}),
+    ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.spec",
+                "sweep.gcs"}),
     ("trial process", {"sweep.trial", "sweep.workers"}),
-    ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors"}),
+    ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.limits", "sweep.version"}),
     ("frameworks", {"trainables.mxnet", "trainables.tensorflow"}),
     ("trainables", {"trainables.loop", "trainables.data", "trainables.measure", "trainables.environment",
                     "trainables.zoo", "trainables.config", "trainables.local"}),
