@@ -23,7 +23,7 @@ import time
 from typing import Callable
 
 from sweep.errors import ClusterError
-from sweep.limits import quote
+from sweep.limits import quote, shown
 
 LOST_EXIT = 75  # sysexits' EX_TEMPFAIL: nothing is wrong with the input; resume once the cluster is back
 PROBE_TIMEOUT_S = 4.0
@@ -37,15 +37,15 @@ def check_address(address: str) -> None:
     """Fail in seconds, in one line, unless a Ray GCS answers at `address` ("auto" is Ray's to find)."""
     if address == "auto":
         return
-    shown = quote(address)
+    shown_address = shown(address)
     if address.startswith("ray://"):
-        raise ClusterError(f"--address {shown}: Ray Client addresses are not supported; give the GCS address HOST:PORT")
+        raise ClusterError(f"--address {shown_address}: Ray Client addresses are not supported; give the GCS address HOST:PORT")
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
-        raise ClusterError(f"--address {shown}: expected HOST:PORT of the cluster's head (ray start --head prints it)")
+        raise ClusterError(f"--address {shown_address}: expected HOST:PORT of the cluster's head (ray start --head prints it)")
     problem = probe(address, PROBE_TIMEOUT_S)
     if problem:
-        raise ClusterError(f"--address {shown}: {problem}")
+        raise ClusterError(f"--address {shown_address}: {problem}")
 
 
 def probe(address: str, timeout_s: float) -> str | None:

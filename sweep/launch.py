@@ -53,9 +53,9 @@ class Launch:
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from sweep import cluster as ray_cluster
 
-    import ray
-
     launch = prepare(args)
+    import ray  # after the checks: bad input costs no Ray import
+
     gcs.outlast_ray(joined=launch.address is not None)
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
                                 job_name=launch.sweep.name, nodes=launch.nodes)

@@ -51,6 +51,13 @@ def quote(value: object) -> str:
     return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
 
 
+def shown(value: object) -> str:
+    """A name or text as a message shows it: as written when it is short plain text, else quoted and cut."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_QUOTED and value.isprintable() and value.strip() == value:
+        return value
+    return quote(value)
+
+
 def name_problem(name: str) -> str | None:
     """None when `name` can be one folder under --results; else what is wrong with it."""
     if not name or len(name) > MAX_NAME:

@@ -29,7 +29,7 @@ import yaml
 from trainables import zoo
 from sweep import limits
 from sweep.errors import SpecError
-from sweep.limits import quote
+from sweep.limits import quote, shown
 from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, VARIABLE_UPDATES, TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -237,9 +237,9 @@ def _read(path: Path) -> str:
     """The file's text: a regular file (not a pipe or a device that never ends) of bounded size, UTF-8."""
     where = str(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: a pipe would block the open itself
+            raise SpecError(f"{where}: not a regular file")
         with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise SpecError(f"{where}: not a regular file")
             data = f.read(limits.MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(f"{where}: no such file") from None
@@ -345,25 +345,20 @@ def _check_value(where: str, field: str, key: str, value: Any) -> None:
         raise SpecError(f"{where}: {field}: expected {expected}, got {quote(value)}")
 
 
-def _key(key: Any) -> str:
-    """A setting's name as a message's field path shows it: as written when it is a short text."""
-    return key if isinstance(key, str) and len(key) <= 40 and key.isprintable() else quote(key)
-
-
 def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
     fixed = section.get("fixed", {})
     if not isinstance(fixed, dict):
         raise SpecError(f"{where}: {prefix}fixed: expected a mapping of setting: value")
     for key, value in fixed.items():
-        _check_value(where, f"{prefix}fixed.{_key(key)}", key, value)
+        _check_value(where, f"{prefix}fixed.{shown(key)}", key, value)
     grid = section.get("grid", {})
     if not isinstance(grid, dict):
         raise SpecError(f"{where}: {prefix}grid: expected a mapping of setting: [values]")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
-            raise SpecError(f"{where}: {prefix}grid.{_key(key)}: expected a non-empty list of values")
+            raise SpecError(f"{where}: {prefix}grid.{shown(key)}: expected a non-empty list of values")
         for i, value in enumerate(values):
-            _check_value(where, f"{prefix}grid.{_key(key)}[{i}]", key, value)
+            _check_value(where, f"{prefix}grid.{shown(key)}[{i}]", key, value)
     include = section.get("include", [])
     if not isinstance(include, list):
         raise SpecError(f"{where}: {prefix}include: expected a list of trial settings")
@@ -373,9 +368,9 @@ def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
         for key, value in entry.items():
             values = value if isinstance(value, list) and key != "lr_decay_epochs" else [value]
             if not values:
-                raise SpecError(f"{where}: {prefix}include[{i}].{_key(key)}: expected a value or a non-empty list")
+                raise SpecError(f"{where}: {prefix}include[{i}].{shown(key)}: expected a value or a non-empty list")
             for v in values:
-                _check_value(where, f"{prefix}include[{i}].{_key(key)}", key, v)
+                _check_value(where, f"{prefix}include[{i}].{shown(key)}", key, v)
 
 
 def varying_axes(trials: list[TrialConfig]) -> tuple[str, ...]:

@@ -1,0 +1,79 @@
+"""The cluster lost mid-run: the driver says so in its own line, exits 75, and --resume recovers the run."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import ROOT, SWEEPS, run_cli
+
+from sweep import spec, store
+from sweep.gcs import LOST_EXIT
+
+SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
+
+
+def gcs_pid(ray_tmp: Path, driver: int) -> int:
+    """The embedded Ray's GCS, as its session's own log names it: the pid in the first line of
+    logs/gcs_server.out ("[date time I PID TID] ..."). RAY_TMPDIR is this test's own folder, so the
+    session is the driver's and no one else's; the pid is checked to be the driver's child."""
+    deadline = time.time() + 60
+    while True:
+        logs = list((ray_tmp / "ray").glob("session_2*/logs/gcs_server.out"))
+        first = logs[0].read_text().split("\n", 1)[0] if logs else ""
+        found = re.match(r"\[\S+ \S+ \w (\d+) ", first)
+        if found:
+            pid = int(found.group(1))
+            assert psutil.Process(pid).ppid() == driver, "the GCS in this session is not the driver's"
+            return pid
+        assert time.time() < deadline, f"no GCS log under {ray_tmp}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_lost_gcs_is_one_line_exit_75_and_resume_recovers(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    ray_tmp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths must stay < 108 bytes
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_TMPDIR": str(ray_tmp)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(results)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not any(run / "epochs" for run in store.run_dirs(results, "tiny_mxnet")
+                      if list((run / "epochs").glob("*.parquet"))):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(gcs_pid(ray_tmp, proc.pid), signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        seconds = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    run = store.RunStore(store.run_dirs(results, "tiny_mxnet")[-1])
+    assert proc.returncode == LOST_EXIT, (proc.returncode, out[-2000:], err[-3000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: lost the Ray cluster mid-run (the embedded Ray's GCS"), err
+    assert f"resume with: python -m sweep {SWEEP} --resume {run.meta.run_id} --results {results}" in out
+    assert seconds < 60, seconds  # the watchdog's 15 s grace, not Ray's minute
+    trials = spec.load(SWEEP).trials("smoke")
+    assert len(run.trials()) < len(trials), "every trial ended before the loss: the test proved nothing"
+
+    status = run_cli("status", SWEEP, "--results", str(results), timeout=60)
+    assert status.returncode == 0 and "--resume" in status.stdout, status.stdout + status.stderr
+    again = run_cli(SWEEP, "--results", str(results), "--resume", timeout=400)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    summary, epochs = run.trials(), run.epochs()
+    assert sorted(summary.trial_id) == sorted(t.trial_id for t in trials) and set(summary.status) == {"completed"}
+    for t in trials:
+        assert sorted(epochs[epochs.trial_id == t.trial_id].epoch) == list(range(t.epochs)), t.trial_id
