@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         from sweep.launch import cmd_run
         return cmd_run(args, argv)
     except (UserError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {limits.one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

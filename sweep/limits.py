@@ -58,6 +58,12 @@ def shown(value: object) -> str:
     return quote(value)
 
 
+def one_line(text: str) -> str:
+    """A message as the CLI prints it: anything that is not printable (a newline, a record separator,
+    an escape sequence from a file name or an argument) written as its escape, so it stays one line."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def name_problem(name: str) -> str | None:
     """None when `name` can be one folder under --results; else what is wrong with it."""
     if not name or len(name) > MAX_NAME:

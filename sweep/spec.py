@@ -70,7 +70,11 @@ class _Loader(yaml.SafeLoader):
         if node is None:
             return None
         _check_expanded_size(node, limits.MAX_YAML_NODES)
-        return self.construct_document(node)
+        try:
+            return self.construct_document(node)
+        except (ValueError, IndexError, TypeError, OverflowError) as e:  # PyYAML's own, on `!!int ` and the like
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a value its tag cannot read ({type(e).__name__}: {quote(str(e))})", node.start_mark) from None
 
 
 class _TooBig(yaml.YAMLError):
@@ -219,7 +223,7 @@ def sweep_path(name_or_path: str) -> Path:
     path = SPEC_DIR / f"{name_or_path}.yaml"
     if not path.exists():
         known = ", ".join(p.stem for p in sorted(SPEC_DIR.glob("*.yaml")))
-        raise SpecError(f"unknown sweep '{name_or_path}' (known: {known}; or give a path to a .yaml file)")
+        raise SpecError(f"unknown sweep {quote(name_or_path)} (known: {known}; or give a path to a .yaml file)")
     return path
 
 
