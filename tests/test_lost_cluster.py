@@ -77,3 +77,38 @@ def test_a_lost_gcs_is_one_line_exit_75_and_resume_recovers(tmp_path: Path) -> N
     assert sorted(summary.trial_id) == sorted(t.trial_id for t in trials) and set(summary.status) == {"completed"}
     for t in trials:
         assert sorted(epochs[epochs.trial_id == t.trial_id].epoch) == list(range(t.epochs)), t.trial_id
+
+
+@pytest.mark.slow
+def test_a_lost_head_node_of_a_joined_cluster_is_one_line_and_exit_75(tmp_path: Path) -> None:
+    """--address: the head node (and the GCS on it) goes; the driver outlasts Ray's own minute and says so."""
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 2, "num_gpus": 4}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    cluster.add_node(**node)
+    cluster.wait_for_nodes()
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(SWEEPS / "node_loss.yaml"), "--address", cluster.address,
+                             "--results", str(results), "--scale", "full"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not any(list((run / "epochs").glob("*.parquet")) for run in store.run_dirs(results, "node_loss")):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        cluster.remove_node(cluster.head_node)
+        lost = time.monotonic()
+        out, err = proc.communicate(timeout=300)
+        seconds = time.monotonic() - lost
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        cluster.shutdown()
+    assert proc.returncode == LOST_EXIT, (proc.returncode, out[-2000:], err[-3000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: lost the Ray cluster mid-run (its head node or GCS"), err
+    run_id = store.run_dirs(results, "node_loss")[-1].name
+    assert f"--resume {run_id}" in out
+    assert seconds < 120, seconds  # the watchdog's minute (Ray's own grace for a GCS to come back)
