@@ -33,19 +33,34 @@ RAY_RECONNECT_S = 60.0
 EMBEDDED_GRACE_S = 15.0  # an embedded Ray's GCS has no fault tolerance: once gone, it is gone
 
 
-def check_address(address: str) -> None:
-    """Fail in seconds, in one line, unless a Ray GCS answers at `address` ("auto" is Ray's to find)."""
+def check_address(address: str, source: str = "--address") -> None:
+    """Fail in seconds, in one line, unless a Ray GCS answers at `address`; `source` names where it came
+    from (--address, RAY_ADDRESS). "auto" is the cluster `ray start` last recorded on this machine."""
+    said = f"{source} {shown(address)}"
     if address == "auto":
-        return
-    shown_address = shown(address)
+        address = _recorded_cluster(said)
     if address.startswith("ray://"):
-        raise ClusterError(f"--address {shown_address}: Ray Client addresses are not supported; give the GCS address HOST:PORT")
+        raise ClusterError(f"{said}: Ray Client addresses are not supported; give the GCS address HOST:PORT")
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
-        raise ClusterError(f"--address {shown_address}: expected HOST:PORT of the cluster's head (ray start --head prints it)")
+        raise ClusterError(f"{said}: expected HOST:PORT of the cluster's head (ray start --head prints it)")
     problem = probe(address, PROBE_TIMEOUT_S)
     if problem:
-        raise ClusterError(f"--address {shown_address}: {problem}")
+        raise ClusterError(f"{said}: {problem}")
+
+
+def _recorded_cluster(said: str) -> str:
+    """The address behind "auto", as ray.init finds it: the cluster `ray start` recorded on this machine."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except Exception as e:  # noqa: BLE001 - Ray's own lookup, whatever it raises, is one line here
+        raise ClusterError(f"{said}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}") from None
+    if not found:
+        raise ClusterError(f"{said}: no Ray cluster is recorded on this machine (`ray start --head` records one); "
+                           "give HOST:PORT")
+    return found
 
 
 def probe(address: str, timeout_s: float) -> str | None:

@@ -168,18 +168,21 @@ def silent_port():
     listener.close()
 
 
-@pytest.mark.parametrize("kind", ["http", "silent", "garbage", "unknown host"])
+@pytest.mark.parametrize("kind", ["http", "silent", "garbage", "unknown host", "from RAY_ADDRESS"])
 def test_an_address_that_is_not_a_ray_gcs_is_one_line_within_seconds(kind: str, http_port, silent_port, tmp_path: Path) -> None:
     address, says = {
         "http": (f"127.0.0.1:{http_port}", "an HTTP server answers there, not a Ray GCS (the dashboard's port, 8265?"),
         "silent": (f"127.0.0.1:{silent_port}", "does not answer as a Ray GCS within"),
         "garbage": ("garbage", "--address garbage: expected HOST:PORT"),
         "unknown host": ("no-such-host.invalid:6379", "no Ray cluster answers there"),
+        "from RAY_ADDRESS": ("127.0.0.1:1", "RAY_ADDRESS 127.0.0.1:1: no Ray cluster answers there (Connection refused)"),
     }[kind]
     results = tmp_path / "results"
+    env = {"RAY_ADDRESS": address} if kind == "from RAY_ADDRESS" else {}
+    given = [] if kind == "from RAY_ADDRESS" else ["--address", address]
     # No --scale and no CIFAR-10 under --data-dir: the address is still what is reported, being checked first.
-    out, seconds = cli(str(SWEEPS / "tiny_mxnet.yaml"), "--address", address, "--results", str(results),
-                       "--data-dir", str(tmp_path / "no_data"))
+    out, seconds = cli(str(SWEEPS / "tiny_mxnet.yaml"), *given, "--results", str(results),
+                       "--data-dir", str(tmp_path / "no_data"), env=env)
     assert_one_line_exit_2(out, says)
     assert seconds < 20 and not results.exists()
 
