@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import reprlib
 
-MAX_SPEC_BYTES = 1 << 20  # the shipped sweep files are 1-3 KB
-MAX_YAML_NODES = 100_000  # scalars, lists and mappings, each alias counted as the tree it stands for
+MAX_SPEC_BYTES = 256 << 10  # the shipped sweep files are 1-3 KB
+MAX_YAML_NODES = 50_000  # scalars, lists and mappings, each alias counted as the tree it stands for
 MAX_TRIALS = 10_000  # per scale, unless --max-trials says otherwise
 MAX_NAME = 100  # a sweep's name is a folder; a run's folder adds a run id under it
 MAX_QUOTED = 60  # characters of a value quoted back in a message

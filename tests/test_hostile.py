@@ -77,7 +77,7 @@ def test_what_the_corpus_cases_say() -> None:
     """The reason each of the issue's cases gives (the parametrized test checks only the shape)."""
     expect = {
         "huge_grid.yaml": "10,000,000 trials at scale smoke, more than the limit of 10,000 (--max-trials N raises it)",
-        "billion_laughs.yaml": "more than 100,000 values once its aliases are expanded",
+        "billion_laughs.yaml": "more than 50,000 values once its aliases are expanded",
         "alias_loop.yaml": "an alias that contains itself",
         "deep_nesting.yaml": "nested too deeply",
         "seed_2_64.yaml": "grid.seed[0]: expected an integer >= 0 and <= 4294967295, got 18446744073709551616",
@@ -109,7 +109,12 @@ def test_a_file_too_big_or_not_a_file(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
     big.write_text('description: "x"\n' + "# padding\n" * 120_000)  # 1.2 MB
     out, seconds = cli("show", str(big))
-    assert_one_line_exit_2(out, "larger than 1,048,576 bytes")
+    assert_one_line_exit_2(out, "larger than 262,144 bytes")
+    assert seconds < 10
+    many = tmp_path / "many.yaml"  # under the size limit, 125,000 values: refused when the 50,001st is composed
+    many.write_text('description: "x"\ngrid: {seed: [' + ",".join(["1"] * 125_000) + "]}\n")
+    out, seconds = cli("show", str(many))
+    assert_one_line_exit_2(out, "at line 2, column 100001: more than 50,000 values")
     assert seconds < 10
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)  # opening it would block until a writer comes: refused before it is opened
