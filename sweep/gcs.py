@@ -30,7 +30,9 @@ PROBE_TIMEOUT_S = 4.0
 # Ray's driver ends itself this long after the GCS goes (its gcs_rpc_server_reconnect_timeout_s); a GCS
 # with fault tolerance (Redis) may come back within it.
 RAY_RECONNECT_S = 60.0
-EMBEDDED_GRACE_S = 15.0  # an embedded Ray's GCS has no fault tolerance: once gone, it is gone
+# An embedded Ray's GCS has no fault tolerance: once its port refuses connections, it is gone. A GCS that
+# is there but silent (an overloaded machine) gets longer, still short of Ray's own minute.
+EMBEDDED_GONE_S, EMBEDDED_SILENT_S = 10.0, 45.0
 
 
 def check_address(address: str, source: str = "--address") -> None:
@@ -65,6 +67,12 @@ def _recorded_cluster(said: str) -> str:
 
 def probe(address: str, timeout_s: float) -> str | None:
     """None when a Ray GCS answers at HOST:PORT within about `timeout_s`; else why not, in a few words."""
+    return _probe(address, timeout_s)[0]
+
+
+def _probe(address: str, timeout_s: float) -> tuple[str | None, bool]:
+    """probe's answer, and whether a failure is certain: the host refused the connection (nothing listens
+    on the port any more), as opposed to a silence that an overloaded GCS may also give."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]")  # [::1]:6379
     try:
@@ -73,8 +81,8 @@ def probe(address: str, timeout_s: float) -> str | None:
             s.settimeout(timeout_s)
             s.connect(where)
     except OSError as e:
-        return f"no Ray cluster answers there ({e.strerror or e})"
-    return _ask_gcs(address, timeout_s)
+        return f"no Ray cluster answers there ({e.strerror or e})", isinstance(e, ConnectionRefusedError)
+    return _ask_gcs(address, timeout_s), False
 
 
 def _resolve(host: str, port: int, timeout_s: float) -> tuple:
@@ -134,13 +142,16 @@ def outlast_ray(joined: bool) -> None:
 
 
 class Watchdog:
-    """Probes the GCS every `interval_s`; after `grace_s` without an answer, calls `lost(reason)` once.
+    """Probes the GCS every `interval_s` and calls `lost(reason)` once it has refused connections for
+    `gone_s`, or not answered at all for `silent_s`.
 
     `lost` must end the process (the main thread is then stuck in Ray calls that never return).
     """
 
-    def __init__(self, address: str, grace_s: float, lost: Callable[[str], None], interval_s: float = 2.0) -> None:
-        self.address, self.grace_s, self.lost, self.interval_s = address, grace_s, lost, interval_s
+    def __init__(self, address: str, gone_s: float, silent_s: float, lost: Callable[[str], None],
+                 interval_s: float = 2.0, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self.address, self.gone_s, self.silent_s, self.lost = address, gone_s, silent_s, lost
+        self.interval_s, self.timeout_s = interval_s, timeout_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="sweep-gcs-watchdog", daemon=True)
 
@@ -150,17 +161,17 @@ class Watchdog:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()  # before Ray is shut down, which the watchdog must not take for a loss
-        self._thread.join(timeout=PROBE_TIMEOUT_S + self.interval_s)
+        self._thread.join(timeout=self.timeout_s + self.interval_s)
 
     def _watch(self) -> None:
-        silent_since: float | None = None
+        silent_since = refused_since = None
         while not self._stop.wait(self.interval_s):
-            problem = probe(self.address, min(PROBE_TIMEOUT_S, self.grace_s))
-            if problem is None:
-                silent_since = None
-                continue
-            silent_since = silent_since or time.monotonic()
-            if time.monotonic() - silent_since >= self.grace_s and not self._stop.is_set():
+            problem, refused = _probe(self.address, self.timeout_s)
+            now = time.monotonic()
+            silent_since = None if problem is None else silent_since or now
+            refused_since = refused_since or now if refused else None
+            gone = refused_since is not None and now - refused_since >= self.gone_s
+            if problem and (gone or now - silent_since >= self.silent_s) and not self._stop.is_set():
                 self.lost(problem)
                 return
 

@@ -60,9 +60,10 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
                                 job_name=launch.sweep.name, nodes=launch.nodes)
     opened = threading.Event()  # set once the run's folder exists: then a loss has a run to resume
-    grace = gcs.RAY_RECONNECT_S if launch.address else gcs.EMBEDDED_GRACE_S
+    # A joined cluster's GCS may come back within Ray's own minute (fault tolerance); an embedded one never does.
+    gone, silent = (gcs.RAY_RECONNECT_S,) * 2 if launch.address else (gcs.EMBEDDED_GONE_S, gcs.EMBEDDED_SILENT_S)
     try:
-        with gcs.Watchdog(ray.get_runtime_context().gcs_address, grace, lambda why: _lost(args, launch, opened, why)):
+        with gcs.Watchdog(ray.get_runtime_context().gcs_address, gone, silent, lambda why: _lost(args, launch, opened, why)):
             return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]), opened)
     finally:
         ray_cluster.stop(cluster)

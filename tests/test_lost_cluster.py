@@ -5,9 +5,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 from conftest import ROOT, SWEEPS, run_cli
 
 from sweep import spec, store
-from sweep.gcs import LOST_EXIT
+from sweep.gcs import LOST_EXIT, Watchdog
 
 SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
 
@@ -36,6 +38,43 @@ def gcs_pid(ray_tmp: Path, driver: int) -> int:
             return pid
         assert time.time() < deadline, f"no GCS log under {ray_tmp}"
         time.sleep(0.2)
+
+
+def test_the_watchdog_tells_a_gcs_gone_from_one_slow_to_answer(tmp_path: Path) -> None:
+    """A port that refuses connections is a GCS gone (after gone_s); one that accepts and says nothing
+    may be a GCS too busy to answer, given silent_s before it counts as lost."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    gone_port = closed.getsockname()[1]
+    closed.close()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held: list[socket.socket] = []  # accepted and never answered, as a hung GCS would
+
+    def accept() -> None:
+        try:
+            while True:
+                held.append(silent.accept()[0])
+        except OSError:  # closed at the end of the test
+            pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        for port, gone_s, silent_s, says in ((gone_port, 1.0, 60.0, "Connection refused"),
+                                             (silent.getsockname()[1], 0.5, 3.0, "does not answer as a Ray GCS")):
+            reasons: list[tuple[float, str]] = []
+            t0 = time.monotonic()
+            with Watchdog(f"127.0.0.1:{port}", gone_s, silent_s, lambda why: reasons.append((time.monotonic() - t0, why)),
+                          interval_s=0.1, timeout_s=0.5):
+                while not reasons and time.monotonic() - t0 < 20:
+                    time.sleep(0.05)
+            assert len(reasons) == 1 and says in reasons[0][1], reasons
+            assert max(gone_s, 1.0 if port == gone_port else silent_s) <= reasons[0][0] < 15, reasons
+    finally:
+        silent.close()
+        for connection in held:
+            connection.close()
 
 
 @pytest.mark.slow
@@ -65,7 +104,7 @@ def test_a_lost_gcs_is_one_line_exit_75_and_resume_recovers(tmp_path: Path) -> N
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: lost the Ray cluster mid-run (the embedded Ray's GCS"), err
     assert f"resume with: python -m sweep {SWEEP} --resume {run.meta.run_id} --results {results}" in out
-    assert seconds < 60, seconds  # the watchdog's 15 s grace, not Ray's minute
+    assert seconds < 45, seconds  # the watchdog's 10 s for a GCS port that refuses, not Ray's minute
     trials = spec.load(SWEEP).trials("smoke")
     assert len(run.trials()) < len(trials), "every trial ended before the loss: the test proved nothing"
 
