@@ -164,7 +164,7 @@ def _first_difference(old: str, new: str) -> str:
     pairs = itertools.zip_longest(old.splitlines(), new.splitlines())
     for number, (was, now) in enumerate(pairs, 1):
         if was != now:
-            return f"line {number}: {was!r} -> {now!r}"
+            return f"line {number}: {limits.quote(was)} -> {limits.quote(now)}"
     return "line endings only"
 
 

@@ -14,6 +14,7 @@ MAX_YAML_NODES = 50_000  # scalars, lists and mappings, each alias counted as th
 MAX_TRIALS = 10_000  # per scale, unless --max-trials says otherwise
 MAX_NAME = 100  # a sweep's name is a folder; a run's folder adds a run id under it
 MAX_QUOTED = 60  # characters of a value quoted back in a message
+MAX_PATH_SHOWN = 300  # a path or URI given on the command line is shown whole up to this length
 MAX_EMULATED_NODES = 8  # Ray nodes the embedded emulation starts on one machine
 MAX_EMULATED_GPUS = 64  # fake GPUs per emulated node (each trains on as many CPU devices)
 
@@ -51,9 +52,10 @@ def quote(value: object) -> str:
     return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
 
 
-def shown(value: object) -> str:
-    """A name or text as a message shows it: as written when it is short plain text, else quoted and cut."""
-    if isinstance(value, str) and 0 < len(value) <= MAX_QUOTED and value.isprintable() and value.strip() == value:
+def shown(value: object, width: int = MAX_QUOTED) -> str:
+    """A name or text as a message shows it: as written when it is plain text of at most `width`
+    characters (a path may be given more), else quoted and cut to MAX_QUOTED."""
+    if isinstance(value, str) and 0 < len(value) <= width and value.isprintable() and value.strip() == value:
         return value
     return quote(value)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sweep import location, spec, store
 from sweep.errors import UsageError
+from sweep.limits import MAX_PATH_SHOWN, shown
 from sweep.location import Location
 from sweep.schema import Status
 from sweep.store import RunMeta, RunStore
@@ -80,7 +81,8 @@ def reach(results: Location, text: str, write: bool) -> None:
         location.check(results, write)
     except OSError as e:
         doing = "write" if write else "read"
-        raise UsageError(f"--results {text}: cannot {doing} results there ({location.reason(e)})") from None
+        raise UsageError(f"--results {shown(text, MAX_PATH_SHOWN)}: cannot {doing} results there "
+                         f"({location.reason(e)})") from None
 
 
 def resume_command(sweep: str, run_id: str, results: str) -> str:
