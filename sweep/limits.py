@@ -38,7 +38,7 @@ INT_MAX = {
 }
 # Command-line integers: (least, most).
 OPTION_RANGE = {"emulate_gpus": (1, MAX_EMULATED_GPUS), "max_concurrent": (1, 100_000), "max_failures": (0, 1000),
-                "max_trials": (1, 10**7)}
+                "max_trials": (1, 10**6)}
 
 _repr = reprlib.Repr()
 _repr.maxlevel, _repr.maxlist, _repr.maxdict, _repr.maxtuple, _repr.maxset = 3, 6, 6, 6, 6
