@@ -44,7 +44,8 @@ def check_address(address: str, source: str = "--address") -> None:
     if address.startswith("ray://"):
         raise ClusterError(f"{said}: Ray Client addresses are not supported; give the GCS address HOST:PORT")
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536 or not host.isprintable() \
+            or any(c.isspace() for c in host):
         raise ClusterError(f"{said}: expected HOST:PORT of the cluster's head (ray start --head prints it)")
     problem = probe(address, PROBE_TIMEOUT_S)
     if problem:
@@ -92,7 +93,7 @@ def _resolve(host: str, port: int, timeout_s: float) -> tuple:
     def look_up() -> None:
         try:
             found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0])
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a label over 63 characters (idna), a NUL
             found.append(e)
 
     thread = threading.Thread(target=look_up, daemon=True)
@@ -100,7 +101,7 @@ def _resolve(host: str, port: int, timeout_s: float) -> tuple:
     thread.join(timeout_s)
     if not found:
         raise OSError(f"the host name {quote(host)} did not resolve within {timeout_s:g} s")
-    if isinstance(found[0], OSError):
+    if isinstance(found[0], Exception):
         raise OSError(f"unknown host {quote(host)}") from found[0]
     return found[0]
 

@@ -133,7 +133,8 @@ def _no_ray(*args, **kwargs):
 
 OPTIONS = {
     "--scale": st.sampled_from(["smoke", "full", "huge", ""]),
-    "--address": st.sampled_from(["garbage", "127.0.0.1:1", "ray://h:1", "[::1]:99999", "h:p", ":", "localhost:0"]),
+    "--address": st.sampled_from(["garbage", "127.0.0.1:1", "ray://h:1", "[::1]:99999", "h:p", ":", "localhost:0",
+                                  "h:\u00b2", "a\x00b:1", "x" * 300 + ":1", "a..b:1", "-:1", "localhost:65536"]),
     "--emulate-gpus": st.integers(-2**66, 2**66).map(str),
     "--max-concurrent": st.integers(-3, 2**40).map(str),
     "--max-failures": st.integers(-3, 2**40).map(str),
