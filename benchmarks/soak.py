@@ -211,7 +211,7 @@ def main() -> int:
         and not plain.duplicated(["trial_id", "epoch"]).any(),
         "every epoch of every trial": all(sorted(g.epoch) == list(range(args.epochs)) for _, g in epochs.groupby("trial_id")),
     }
-    trained = epochs.groupby("trial_id").apply(lambda g: (g.epoch_time_s + g.val_time_s.fillna(0)).sum())
+    trained = (epochs.epoch_time_s + epochs.val_time_s.fillna(0)).groupby(epochs.trial_id).sum()
     overhead = (summary.set_index("trial_id").wall_time_s - trained).dropna()
     seconds, files, rows = compaction_seconds(run, work)
     retried = int((summary.attempts > 1).sum())
