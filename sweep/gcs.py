@@ -132,6 +132,25 @@ def _ask_gcs(address: str, timeout_s: float) -> str | None:
         channel.close()
 
 
+class ClusterLost(Exception):
+    """The connected cluster's GCS stopped answering while the run went on; the message says how."""
+
+
+def cluster_lost(watch_s: float = 0.0, timeout_s: float = 2.0) -> str | None:
+    """Why the connected Ray's GCS does not answer, or None while it does: asked once, or for `watch_s`
+    (a head node goes process by process: its trials' actors may die a moment before its GCS does).
+    Asked when a trial fails or Ray raises: a failure that is the cluster's loss is not the trial's."""
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    end = time.monotonic() + watch_s
+    while True:
+        why = probe(address, timeout_s)
+        if why or time.monotonic() >= end:
+            return why
+        time.sleep(0.5)
+
+
 def outlast_ray(joined: bool) -> None:
     """On a joined cluster, let the watchdog speak before Ray's driver code ends the process.
 

@@ -65,6 +65,11 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         with gcs.Watchdog(ray.get_runtime_context().gcs_address, gone, silent, lambda why: _lost(args, launch, opened, why)):
             return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]), opened)
+    except Exception as e:  # noqa: BLE001 - whatever Ray raised, a cluster gone is said as such
+        why = str(e) if isinstance(e, gcs.ClusterLost) else gcs.cluster_lost()
+        if why:  # Tune ended first (its trials died with the cluster), or a Ray call raised
+            _lost(args, launch, opened, why)
+        raise
     finally:
         ray_cluster.stop(cluster)
 
