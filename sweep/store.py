@@ -124,13 +124,10 @@ def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> tuple[pa.Table, lis
     return pa.Table.from_arrays(arrays, schema=schema), bad
 
 
-def _atomic_write_table(path: Location, rows: list[dict[str, Any]], schema: pa.Schema) -> list[str]:
-    """Write the rows; the columns whose values could not be stored (written as null) are returned."""
-    table, bad = _table(rows, schema)
+def _atomic_write_table(path: Location, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
+    pq.write_table(_table(rows, schema)[0], sink)  # a value no column holds: null there (finish_trial says so)
     _atomic_write_bytes(path, sink.getvalue().to_pybytes())
-    return bad
 
 
 def sha256(text: str) -> str:

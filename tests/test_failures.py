@@ -24,7 +24,7 @@ def test_failed_trials_are_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
     assert healthy.status == "completed" and healthy.epochs_done == 2
     raised = summary.loc[("mxnet", "inception_v3", 8, 0.05)]
     assert raised.status == "failed" and raised.error_type == "ValueError" and "kernel size exceed input" in raised.error
-    oom = summary.loc[("tensorflow", "resnet8_cifar", 100000000, 0.05)]
+    oom = summary.loc[("tensorflow", "resnet8_cifar", 65536, 0.05)]
     assert oom.status == "oom" and oom.error_type == "ResourceExhaustedError" and "OOM" in oom.error
     diverged = summary.loc[("mxnet", "resnet8_cifar", 8, 1e8)]
     assert diverged.status == "diverged" and diverged.error_type is None and "not finite" in diverged.error
