@@ -1,8 +1,7 @@
 """python -m sweep: list | show NAME | plan NAME | [run] NAME|PATH.yaml [options] | status NAME | runs [NAME] |
 rm NAME RUN_ID | report NAME|RUN_DIR | data fetch cifar10.
 
-Exit codes: 0 every trial completed; 1 some trials failed (their rows are written); 2 a usage, spec,
-data or feasibility error, reported in one line. The driver never imports MXNet or TensorFlow.
+Exit codes: EXIT_CODES below (`--help` lists them). The driver never imports MXNet or TensorFlow.
 """
 from __future__ import annotations
 
@@ -11,14 +10,24 @@ import os
 import sys
 from typing import Any
 
-from sweep import spec
+from sweep import limits, spec
 from sweep.errors import UsageError, UserError
+from sweep.gcs import LOST_EXIT
 from trainables.config import TrialConfig
 
 COMMANDS = ("list", "show", "plan", "run", "report", "status", "runs", "rm", "data")
 RESULTS_HELP = "results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)"
 SET_HELP = ("override a trial setting for every trial, written as in a sweep file (--set lr=0.1 --set epochs=2); "
             "repeatable; checked like the file, recorded in run.json")
+EXIT_CODES = {
+    0: "every trial completed",
+    1: "some trial did not complete (its rows are written)",
+    2: "a usage, sweep-file, data, results-store, cluster or feasibility error, said in one line",
+    LOST_EXIT: "the Ray cluster (its GCS or head node) was lost mid-run: the run is kept, --resume continues it",
+    130: "interrupted by Ctrl-C (--resume continues the run)",
+    143: "stopped by SIGTERM (--resume continues the run)",
+}
+EPILOG = "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in EXIT_CODES.items())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,12 +36,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m sweep", description="Parallel sweeps of data-parallel training benchmarks on Ray Tune.")
+    parser = _Parser(prog="python -m sweep", description="Parallel sweeps of data-parallel training benchmarks on Ray Tune.",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    max_trials = {"type": int, "default": limits.MAX_TRIALS, "metavar": "N",
+                  "help": f"refuse a sweep file whose grid gives more than N trials at a scale (default {limits.MAX_TRIALS:,})"}
     sub.add_parser("list", help="every sweep in search_spaces/ with its description")
     show = sub.add_parser("show", help="the expanded trials of a sweep")
     show.add_argument("sweep", help="sweep name or path to a .yaml file")
     show.add_argument("--scale", choices=spec.SCALES, default=None, help="default: both scales' counts, the full table")
+    show.add_argument("--max-trials", **max_trials)
     show.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     plan = sub.add_parser("plan", help="the trials, the nodes they fit, estimated makespan and GPU-hours; runs nothing")
     plan.add_argument("sweep", help="sweep name or path to a .yaml file")
@@ -47,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="GPU model of the described nodes, as earlier runs name it (e.g. H100); default: this machine's")
     plan.add_argument("--max-concurrent", type=int, metavar="N", help="as run's: at most N trials at once")
     plan.add_argument("--results", default="results", help="the store whose earlier runs the estimates learn from: " + RESULTS_HELP)
+    plan.add_argument("--max-trials", **max_trials)
     plan.add_argument("--json", action="store_true", help="the plan as JSON (README: Planning a sweep)")
-    run = sub.add_parser("run", help="run a sweep (also: python -m sweep NAME)")
+    run = sub.add_parser("run", help="run a sweep (also: python -m sweep NAME)", epilog=EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("sweep", help="sweep name or path to a .yaml file")
     run.add_argument("--scale", choices=spec.SCALES, help="default: full where GPUs exist, smoke where they are emulated")
     run.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else an embedded local Ray)")
@@ -76,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-failed", action="store_true", help="with --resume: run failed and OOM trials again")
     run.add_argument("--force", action="store_true", help="with --resume: resume although the sweep file or --set changed")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    run.add_argument("--max-trials", **max_trials)
     status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run (or --run)")
     status.add_argument("sweep", help="sweep name or path to a .yaml file")
     status.add_argument("--run", metavar="RUN_ID", help="this run instead of the latest (python -m sweep runs lists them)")
@@ -113,11 +129,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
-    for opt, least in (("emulate_gpus", 1), ("max_concurrent", 1), ("max_failures", 0), ("nodes", 1),
-                       ("gpus_per_node", 1), ("cpus_per_node", 1)):
+    for opt, (least, most) in limits.OPTION_RANGE.items():
         value = getattr(args, opt, None)
-        if value is not None and value < least:
-            raise UsageError(f"--{opt.replace('_', '-')}: expected an integer >= {least}, got {value}")
+        if value is not None and not least <= value <= most:
+            raise UsageError(f"--{opt.replace('_', '-')}: expected an integer >= {least} and <= {most}, got {value}")
+    if getattr(args, "resume", None) not in (None, "latest") and limits.name_problem(args.resume):
+        raise UsageError(f"--resume: expected a run id (as status prints it), got {limits.quote(args.resume)}")
     return args
 
 
@@ -152,7 +169,7 @@ def _fmt(value: Any) -> str:
 def cmd_show(args: argparse.Namespace) -> int:
     from sweep import overrides
 
-    sweep = overrides.apply(spec.load(args.sweep), overrides.parse(args.set))
+    sweep = overrides.apply(spec.load(args.sweep, args.max_trials), overrides.parse(args.set))
     print(f"{sweep.name}: {sweep.description}")
     if sweep.study:
         print(f"reproduces: {sweep.study}")
@@ -196,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         from sweep.launch import cmd_run
         return cmd_run(args, argv)
     except (UserError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {limits.one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from dataclasses import dataclass
 from typing import Any
-
-from sweep.errors import ClusterError
 
 # Environment of every trial process: quiet TensorFlow logs on each worker.
 TRIAL_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
@@ -52,8 +49,7 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
     runtime_env: dict[str, Any] = {"env_vars": TRIAL_ENV}
     address = address or os.environ.get("RAY_ADDRESS")
     watch = dashboard.init_options(job_name)  # the job carries the sweep's name (dashboard, Jobs)
-    if address:
-        _check_reachable(address)
+    if address:  # checked by sweep.gcs.check_address before anything else starts
         context = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.ERROR,
                            **watch)
     elif nodes > 1:
@@ -77,21 +73,6 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
                            logging_level=logging.ERROR, **watch)
     url = context.dashboard_url
     return Cluster(embedded=not address, nodes=alive_nodes(), dashboard_url=f"http://{url}" if url else None)
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in seconds on an address nothing listens at: ray.init would retry for minutes."""
-    if address == "auto":
-        return  # Ray finds the cluster this machine belongs to, or says it cannot
-    if address.startswith("ray://"):
-        raise ClusterError(f"--address {address}: Ray Client addresses are not supported; give the GCS address HOST:PORT")
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ClusterError(f"--address {address}: expected HOST:PORT of the cluster's head (ray start --head prints it)")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        raise ClusterError(f"--address {address}: no Ray cluster answers there ({e.strerror or e})") from None
 
 
 def alive_nodes() -> list[Node]:

@@ -13,12 +13,13 @@ import os
 import shlex
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep import environments, estimates, overrides, spec, store
+from sweep import environments, estimates, gcs, limits, overrides, spec, store
 from sweep.environments import Environment
 from sweep.errors import UsageError
 from sweep.location import Location
@@ -27,6 +28,7 @@ from sweep.runs import RunState, latest_unfinished, reach, read_run, results_loc
 from sweep.schema import Status
 from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
+from sweep.version import engine_version
 from trainables.config import TrialConfig
 from trainables.probe import FrameworkCheck
 
@@ -49,31 +51,55 @@ class Launch:
     nodes: int  # Ray nodes of an embedded Ray (1 unless trials span nodes)
     gpus_per_node: int  # GPUs each of them gets: the real ones, or as many emulated
     environments: dict[str, Environment]  # framework -> where its trials run (sweep file, then --env)
+    run_id: str  # the resumed run's, or the new run's (its folder is made only once every check passed)
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from sweep import cluster as ray_cluster
 
     launch = prepare(args)
+    import ray  # after the checks: bad input costs no Ray import
+
+    gcs.outlast_ray(joined=launch.address is not None)
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
                                 job_name=launch.sweep.name, nodes=launch.nodes)
+    opened = threading.Event()  # set once the run's folder exists: then a loss has a run to resume
+    # A joined cluster's GCS may come back within Ray's own minute (fault tolerance); an embedded one never does.
+    gone, silent = (gcs.RAY_RECONNECT_S,) * 2 if launch.address else (gcs.EMBEDDED_GONE_S, gcs.EMBEDDED_SILENT_S)
     try:
-        return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]))
+        with gcs.Watchdog(ray.get_runtime_context().gcs_address, gone, silent, lambda why: _lost(args, launch, opened, why)):
+            return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]), opened)
+    except Exception as e:  # noqa: BLE001 - whatever Ray raised, a cluster gone is said as such
+        why = str(e) if isinstance(e, gcs.ClusterLost) else gcs.cluster_lost()
+        if why:  # Tune ended first (its trials died with the cluster), or a Ray call raised
+            _lost(args, launch, opened, why)
+        raise
     finally:
         ray_cluster.stop(cluster)
+
+
+def _lost(args: argparse.Namespace, launch: Launch, opened: threading.Event, why: str) -> None:
+    """The cluster went away under the run: say so in one line, with the command that continues it."""
+    where = "its head node or GCS" if launch.address else "the embedded Ray's GCS"
+    if opened.is_set():
+        gcs.exit_lost(f"lost the Ray cluster mid-run ({where}: {why}); the rows written so far are kept",
+                      "resume with: " + resume_command(args.sweep, launch.run_id, launch.sweep.overrides, args.results))
+    gcs.exit_lost(f"lost the Ray cluster before the run started ({where}: {why}); nothing was written", None)
 
 
 def prepare(args: argparse.Namespace) -> Launch:
     """Every check of a run that needs no Ray, in the order a user would fix them."""
     from trainables import environment
 
-    sweep = overrides.apply(spec.load(args.sweep), overrides.parse(args.set))
+    sweep = overrides.apply(spec.load(args.sweep, args.max_trials), overrides.parse(args.set))
     results = results_location(args.results)
     address = args.address or os.environ.get("RAY_ADDRESS")
     if address and args.emulate_gpus:
         raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
     if (args.force or args.retry_failed) and not args.resume:
         raise UsageError("--force and --retry-failed go with --resume")
+    if address:  # seconds; before the run's state and the data are looked at
+        gcs.check_address(address, "--address" if args.address else "RAY_ADDRESS")
     resumed = _resume_target(args, sweep, results) if args.resume else None
     if resumed:
         sweep = _as_started(args, sweep, resumed)
@@ -89,6 +115,7 @@ def prepare(args: argparse.Namespace) -> Launch:
     trials = [t for t in all_trials if pending is None or t.trial_id in pending]
     nodes, gpus_per_node = 1, real_gpus
     if emulated:
+        _check_emulation(max(t.nodes for t in all_trials), max(t.gpus_per_node for t in all_trials))
         nodes, gpus_per_node = emulated_shape(all_trials, args.emulate_gpus)
         why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
         where = f"{nodes} Ray nodes on this machine with {gpus_per_node} GPUs each" if nodes > 1 else f"{gpus_per_node} GPUs in Ray"
@@ -96,8 +123,19 @@ def prepare(args: argparse.Namespace) -> Launch:
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
     data_dir = _data_dir(args, sweep, trials, scale, resumed)
     reach(results, args.results, write=True)  # after every other check, before Ray starts
+    run_id = resumed.meta.run_id if resumed else store.new_run_id()
     return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node,
-                  envs)
+                  envs, run_id)
+
+
+def _check_emulation(nodes: int, gpus_per_node: int) -> None:
+    """The embedded emulation starts Ray nodes and CPU devices on this one machine: a few, not a cluster's worth."""
+    if nodes > limits.MAX_EMULATED_NODES:
+        raise UsageError(f"trials span up to {nodes} nodes; the embedded Ray emulates at most {limits.MAX_EMULATED_NODES} "
+                         "on one machine: run them on a cluster (--address)")
+    if gpus_per_node > limits.MAX_EMULATED_GPUS:
+        raise UsageError(f"trials need {gpus_per_node} GPUs on a node; the embedded Ray emulates at most "
+                         f"{limits.MAX_EMULATED_GPUS} per node: run them on a cluster (--address)")
 
 
 def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) -> RunState:
@@ -128,14 +166,14 @@ def _as_started(args: argparse.Namespace, sweep: Sweep, resumed: RunState) -> Sw
                          "give the same to resume it, or --force to resume it as it was started")
     if args.scale and args.scale != meta.scale:
         raise UsageError(f"run {meta.run_id} is at scale {meta.scale}, not {args.scale}")
-    return overrides.apply(spec.parse(stored, sweep.path), meta.overrides)
+    return overrides.apply(spec.parse(stored, sweep.path, args.max_trials), meta.overrides)
 
 
 def _first_difference(old: str, new: str) -> str:
     pairs = itertools.zip_longest(old.splitlines(), new.splitlines())
     for number, (was, now) in enumerate(pairs, 1):
         if was != now:
-            return f"line {number}: {was!r} -> {now!r}"
+            return f"line {number}: {limits.quote(was)} -> {limits.quote(now)}"
     return "line endings only"
 
 
@@ -148,7 +186,7 @@ def _note_unfinished(args: argparse.Namespace, sweep: Sweep, results: Location) 
     print(f"note: run {earlier.meta.run_id} of {sweep.name} is unfinished ({done} of "
           f"{len(earlier.meta.trials)} trials ended); "
           + (f"its driver (pid {pid}) is running it now: this new run shares the cluster with it" if pid
-             else "continue it with: " + resume_command(args.sweep, earlier.meta, args.results)))
+             else "continue it with: " + resume_command(args.sweep, earlier.meta.run_id, earlier.meta.overrides, args.results)))
 
 
 def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[TrialConfig], scale: str,
@@ -190,12 +228,10 @@ def _git_commit() -> str | None:
 def _session(command: str, address: str | None, estimate: store.Estimate | None, envs: dict[str, Environment],
              found: list[FrameworkCheck]) -> Session:
     """This start of the driver, with the engine that runs it (every row of the session names it too) and its plan."""
-    from importlib.metadata import version
-
     import ray
 
     return Session(command=command, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
-                   address=address, engine_version=version("sweep"), git_commit=_git_commit(),
+                   address=address, engine_version=engine_version(), git_commit=_git_commit(),
                    ray_version=ray.__version__, estimate=estimate, environments=envs, checks=found)
 
 
@@ -207,7 +243,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
         print(f"resuming run {meta.run_id} of {launch.sweep.name}: {len(launch.trials)} of "
               f"{len(launch.all_trials)} trials to run")
     else:
-        meta = RunMeta(sweep=launch.sweep.name, run_id=store.new_run_id(), scale=launch.scale,
+        meta = RunMeta(sweep=launch.sweep.name, run_id=launch.run_id, scale=launch.scale,
                        spec_path=str(launch.sweep.path), spec_sha256=store.sha256(launch.sweep.text),
                        data_dir=launch.data_dir, emulated=launch.emulated,
                        trials=[t.trial_id for t in launch.all_trials], overrides=dict(launch.sweep.overrides))
@@ -219,7 +255,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
     return run
 
 
-def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -> int:
+def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, opened: threading.Event) -> int:
     from sweep import checks, dashboard, runner
     from sweep.trial import TrialRuntime
 
@@ -243,11 +279,12 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
     planned, ordered = _plan(launch, cluster, args.max_concurrent)
     ordered = [t for t in ordered if t.trial_id not in bad]  # the plan knows the nodes' sizes, the checks their frameworks
     session = _session(command, args.address, planned.record() if ordered else None, launch.environments, found)
-    run = _open_run(launch, session)
-    meta = run.meta
     columns = {"engine_version": session.engine_version, "git_commit": session.git_commit,
-               "ray_version": session.ray_version, "sweep": launch.sweep.name, "run_id": meta.run_id,
+               "ray_version": session.ray_version, "sweep": launch.sweep.name, "run_id": launch.run_id,
                "scale": launch.scale}
+    run = _open_run(launch, session)  # the store is written only now, once every check has passed
+    opened.set()
+    meta = run.meta
     for t in trials:
         if t.trial_id in bad:
             summary = store.summarize(t.trial_id, t, [], Status.INFEASIBLE, columns)
@@ -269,7 +306,7 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str) -
     if comparison := estimates.compare(run.meta, run.trial_rows()):
         print(comparison.line())
     if pending:
-        print("resume with: " + resume_command(args.sweep, meta, args.results))
+        print("resume with: " + resume_command(args.sweep, meta.run_id, meta.overrides, args.results))
     if stopped_by:
         return 128 + stopped_by  # the shell's code for a signal: 130 after Ctrl-C, 143 after SIGTERM
     return 1 if not_ok or pending else 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sweep import cluster as ray_cluster
-from sweep import estimates, overrides, packing, spec, store
+from sweep import estimates, limits, overrides, packing, spec, store
 from sweep.cluster import Node
 from sweep.errors import UsageError
 from sweep.estimates import Comparison, Estimator, Hardware, History
@@ -156,7 +156,8 @@ def _estimate(t: TrialPlan) -> str:
 def emulated_shape(trials: Sequence[TrialConfig], emulate_gpus: int | None) -> tuple[int, int]:
     """(Ray nodes, GPUs each) of an embedded Ray with emulated GPUs: as many nodes as the widest trial
     spans, each with --emulate-gpus GPUs or twice the GPUs per node of the largest trial."""
-    return max(t.nodes for t in trials), emulate_gpus or 2 * max(t.gpus_per_node for t in trials)
+    needed = max(t.gpus_per_node for t in trials)
+    return max(t.nodes for t in trials), emulate_gpus or min(2 * needed, max(needed, limits.MAX_EMULATED_GPUS))
 
 
 def machine_hardware(emulated: bool) -> Hardware:
@@ -341,7 +342,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """`python -m sweep plan NAME|FILE`: the plan of a new run, printed (or as JSON); nothing is started."""
     from trainables import environment
 
-    sweep = overrides.apply(spec.load(args.sweep), overrides.parse(args.set))
+    sweep = overrides.apply(spec.load(args.sweep, args.max_trials), overrides.parse(args.set))
     results = results_location(args.results)
     kind = _cluster_kind(args)
     target: Target | None = None

@@ -16,8 +16,12 @@ from typing import Any, Callable
 
 # Our own console lines replace Tune's tables; Tune's checkpoint-frequency warning is expected here
 # (a snapshot per epoch checkpoint). SIGINT is ours: Tune's handler could not tell us it fired.
+# A failed trial is one console line of ours (its error's type and first line, also in its summary row;
+# the traceback stays in its Tune folder), not Tune's 20-line traceback on stderr, which a lost cluster
+# printed once per running trial before the engine's own line (TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings it back).
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
 os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
 # The first worker or raylet message the driver prints (a check's failed environment, a worker that
 # died) would swap builtins.print for Ray's tqdm-safe one, and Tune, pickling the console view's
@@ -26,7 +30,7 @@ os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
 
 from ray import tune  # noqa: E402
 
-from sweep import checks, location  # noqa: E402
+from sweep import checks, gcs, location  # noqa: E402
 from sweep.console import SweepView  # noqa: E402
 from sweep.schema import Status  # noqa: E402
 from sweep.spec import Sweep  # noqa: E402
@@ -114,6 +118,13 @@ OOM_TYPES = ("ResourceExhaustedError", "MemoryError", "OutOfMemoryError")  # Ten
 OOM_WORDS = ("out of memory", "failed to allocate")
 
 
+# Errors of a trial whose process or node went away (Ray's exception types): the cluster's loss, if its GCS
+# stops answering within NODE_LOSS_WATCH_S; the trial's own failure (retried with --max-failures) otherwise.
+ACTOR_DEATHS = {"ActorDiedError", "RayActorError", "NodeDiedError", "OwnerDiedError", "WorkerCrashedError",
+                "ActorUnavailableError"}
+NODE_LOSS_WATCH_S = 10.0
+
+
 def _failure_status(error_type: str, message: str) -> Status:
     oom = error_type in OOM_TYPES or any(words in message.lower() for words in OOM_WORDS)
     return Status.OOM if oom else Status.FAILED
@@ -127,6 +138,7 @@ class SummaryCallback(tune.Callback):
         self.interrupt = interrupt
         self.view = view
         self.started: dict[str, float] = {}
+        self.lost: str | None = None  # why the cluster is gone, once a trial's error turned out to be that
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.started[trial_of(trial.config).trial_id] = time.time()
@@ -162,7 +174,12 @@ class SummaryCallback(tune.Callback):
         self._finish(trial, Status.COMPLETED, None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        # A trial whose actor died with the cluster (the head node gone: "owner's node has crashed") did not
+        # fail: it gets no summary row, so that --resume runs it again, and the run ends as lost.
         error = _error_of(trial)
+        self.lost = self.lost or gcs.cluster_lost(NODE_LOSS_WATCH_S if error.error_type in ACTOR_DEATHS else 0.0)
+        if self.lost:
+            return
         self._finish(trial, _failure_status(error.error_type, error.message), error)
 
 
@@ -197,7 +214,8 @@ def _scheduler(plan: RunPlan) -> Any:
 
 
 def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> int | None:
-    """Run the plan's trials on the connected Ray; the signal that stopped them (SIGINT, SIGTERM), if one did."""
+    """Run the plan's trials on the connected Ray; the signal that stopped them (SIGINT, SIGTERM), if one did.
+    Raises gcs.ClusterLost when trials ended because the cluster went away."""
     with Interrupt() as interrupt, SweepView(plan, print_line) as view:
         callback = SummaryCallback(plan, interrupt, view)
         tuner = tune.Tuner(
@@ -215,4 +233,6 @@ def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> int | None:
         )
         tuner.fit()
     plan.store.compact(set(plan.store.finished()))
+    if callback.lost:
+        raise gcs.ClusterLost(callback.lost)
     return interrupt.signal

@@ -10,8 +10,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-from sweep import location, spec, store
+from sweep import limits, location, spec, store
 from sweep.errors import UsageError
+from sweep.limits import MAX_PATH_SHOWN, shown
 from sweep.location import Location
 from sweep.schema import Status
 from sweep.store import RunMeta, RunStore
@@ -75,7 +76,7 @@ def sweep_name(text: str) -> str:
     """The sweep a command names: a sweep file's name (by name or path), or a folder of runs whose file is gone."""
     if text.endswith((".yaml", ".yml")) or "/" in text or (spec.SPEC_DIR / f"{text}.yaml").exists():
         return spec.load(text).name
-    if not spec.NAME.match(text):
+    if limits.name_problem(text):
         raise UsageError(f"{text!r}: not a sweep name or a path to a .yaml file")
     return text
 
@@ -83,7 +84,7 @@ def sweep_name(text: str) -> str:
 def run_by_id(results: Location, name: str, run_id: str) -> Location:
     """The folder of run RUN_ID of a sweep; an id that is not one (a path, '..') is refused like a missing run."""
     run_dir = results / name / run_id
-    if not spec.NAME.match(run_id) or not (run_dir / "run.json").is_file():
+    if limits.name_problem(run_id) or not (run_dir / "run.json").is_file():
         raise UsageError(f"no run {run_id} of {name} under {results} (python -m sweep runs {name} lists them)")
     return run_dir
 
@@ -112,16 +113,17 @@ def reach(results: Location, text: str, write: bool) -> None:
         location.check(results, write)
     except OSError as e:
         doing = "write" if write else "read"
-        raise UsageError(f"--results {text}: cannot {doing} results there ({location.reason(e)})") from None
+        raise UsageError(f"--results {shown(text, MAX_PATH_SHOWN)}: cannot {doing} results there "
+                         f"({location.reason(e)})") from None
 
 
-def resume_command(sweep: str, meta: RunMeta, results: str) -> str:
+def resume_command(sweep: str, run_id: str, set_values: dict, results: str) -> str:
     """The command that continues a run (what `run` and `status` print), with the --set values it was started with."""
     from sweep import overrides
 
     where = f" --results {results}" if results != "results" else ""
-    given = f" {overrides.options(meta.overrides)}" if meta.overrides else ""
-    return f"python -m sweep {sweep} --resume {meta.run_id}{given}{where}"
+    given = f" {overrides.options(set_values)}" if set_values else ""
+    return f"python -m sweep {sweep} --resume {run_id}{given}{where}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -144,5 +146,5 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state.unfinished and (pid := state.driver):
         print(f"running now: driver pid {pid} on this host")
     elif state.unfinished:
-        print("resume with: " + resume_command(args.sweep, meta, args.results))
+        print("resume with: " + resume_command(args.sweep, meta.run_id, meta.overrides, args.results))
     return 0

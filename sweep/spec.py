@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
+import stat
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +28,10 @@ from typing import Any, Callable
 import yaml
 
 from trainables import zoo
-from sweep import environments
+from sweep import environments, limits
 from sweep.environments import Environment
 from sweep.errors import SpecError
+from sweep.limits import quote, shown
 from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, VARIABLE_UPDATES, TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -55,28 +58,75 @@ class _Loader(yaml.SafeLoader):
             if not isinstance(key, Hashable):
                 continue  # SafeLoader refuses it below, in its own words
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"{key!r} is given twice", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"{quote(key)} is given twice", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._composed = 0  # nodes composed so far, each alias counted as the whole tree it stands for
+        self._sizes: dict[int, int] = {}  # id(node) -> its size so counted, once its composition ended
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        """Count the document as the composer builds it, aliases expanded, and stop at the limit.
+
+        PyYAML shares an alias's value by reference, so a few hundred bytes of nested aliases (the
+        "billion laughs") compose at once into a structure whose walk (validation, a repr in a message)
+        never ends; and pure-Python PyYAML takes about a second per 50,000 values. Counting here
+        stops both where the limit is reached, before anything walks the structure.
+        """
+        if self.check_event(yaml.AliasEvent):
+            target = self.anchors.get(self.peek_event().anchor)
+            if target is not None:
+                if id(target) not in self._sizes:  # its anchor's composition has not ended: it is inside it
+                    raise _TooBig("an alias that contains itself", self.peek_event().start_mark)
+                self._grow(self._sizes[id(target)])
+            return super().compose_node(parent, index)
+        before = self._composed
+        self._grow(1)
+        node = super().compose_node(parent, index)
+        self._sizes[id(node)] = self._composed - before
+        return node
+
+    def _grow(self, nodes: int) -> None:
+        self._composed += nodes
+        if self._composed > limits.MAX_YAML_NODES:
+            raise _TooBig(f"more than {limits.MAX_YAML_NODES:,} values once its aliases are expanded",
+                          self.peek_event().start_mark)
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        try:
+            return super().construct_document(node)
+        except (ValueError, IndexError, TypeError, OverflowError) as e:  # PyYAML's own, on `!!int ` and the like
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a value its tag cannot read ({type(e).__name__}: {quote(str(e))})", node.start_mark) from None
+
+
+class _TooBig(yaml.MarkedYAMLError):
+    def __init__(self, problem: str, mark: yaml.Mark) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
 
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"))
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a sweep's name is a folder under --results
 
 
 # --- value checks: each returns None when the value is fine, else what was expected -------------
 
-def _int(lo: int, allow_none: bool = False) -> Callable[[Any], str | None]:
+def _int(lo: int, hi: int, allow_none: bool = False) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         if v is None and allow_none:
             return None
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            return f"an integer >= {lo}" + (" or null" if allow_none else "")
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            return f"an integer >= {lo} and <= {hi}" + (" or null" if allow_none else "")
         return None
     return check
+
+
+def _setting_int(name: str, lo: int, allow_none: bool = False) -> Callable[[Any], str | None]:
+    return _int(lo, limits.INT_MAX[name], allow_none)
 
 
 def _number(lo: float, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False) -> Callable[[Any], str | None]:
@@ -102,35 +152,36 @@ def _model(v: Any) -> str | None:
 
 
 def _epoch_list(v: Any) -> str | None:
-    if isinstance(v, list) and all(isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in v):
+    top = limits.INT_MAX["epochs"]
+    if isinstance(v, list) and all(isinstance(e, int) and not isinstance(e, bool) and 1 <= e <= top for e in v):
         return None
-    return "a list of epoch numbers >= 1"
+    return f"a list of epoch numbers >= 1 and <= {top}"
 
 
 CHECKS: dict[str, Callable[[Any], str | None]] = {
     "framework": _choice(FRAMEWORKS),
     "model": _model,
-    "num_gpus": _int(1),
-    "batch_per_gpu": _int(1),
-    "epochs": _int(1),
+    "num_gpus": _setting_int("num_gpus", 1),
+    "batch_per_gpu": _setting_int("batch_per_gpu", 1),
+    "epochs": _setting_int("epochs", 1),
     "lr": _number(0, lo_open=True),
     "base_lr": _number(0, lo_open=True),
-    "base_batch": _int(1),
-    "warmup_epochs": _int(0),
+    "base_batch": _setting_int("base_batch", 1),
+    "warmup_epochs": _setting_int("warmup_epochs", 0),
     "lr_decay_epochs": _epoch_list,
     "lr_decay_factor": _number(0, 1, lo_open=True),
     "momentum": _number(0, 1, hi_open=True),
     "weight_decay": _number(0),
     "data": _choice(DATA_KINDS),
-    "image_size": _int(8, allow_none=True),
-    "steps_per_epoch": _int(1, allow_none=True),
-    "val_examples": _int(1, allow_none=True),
-    "warmup_steps": _int(0),
-    "seed": _int(0),
-    "cpus_per_trial": _int(1),
+    "image_size": _setting_int("image_size", 8, allow_none=True),
+    "steps_per_epoch": _setting_int("steps_per_epoch", 1, allow_none=True),
+    "val_examples": _setting_int("val_examples", 1, allow_none=True),
+    "warmup_steps": _setting_int("warmup_steps", 0),
+    "seed": _setting_int("seed", 0),
+    "cpus_per_trial": _setting_int("cpus_per_trial", 1),
     "kvstore": _choice(KVSTORES),
-    "nodes": _int(1),
-    "gpus_per_node": _int(1),
+    "nodes": _setting_int("nodes", 1),
+    "gpus_per_node": _setting_int("gpus_per_node", 1),
     "variable_update": _choice(VARIABLE_UPDATES),
 }
 # Set by the engine, never by a sweep file.
@@ -163,7 +214,7 @@ def sweep_path(name_or_path: str) -> Path:
     path = SPEC_DIR / f"{name_or_path}.yaml"
     if not path.exists():
         known = ", ".join(p.stem for p in sorted(SPEC_DIR.glob("*.yaml")))
-        raise SpecError(f"unknown sweep '{name_or_path}' (known: {known}; or give a path to a .yaml file)")
+        raise SpecError(f"unknown sweep {quote(name_or_path)} (known: {known}; or give a path to a .yaml file)")
     return path
 
 
@@ -171,31 +222,46 @@ def list_sweeps() -> list[Sweep]:
     return [load(str(p)) for p in sorted(SPEC_DIR.glob("*.yaml"))]
 
 
-def load(name_or_path: str) -> Sweep:
+def load(name_or_path: str, max_trials: int = limits.MAX_TRIALS) -> Sweep:
     """Read and validate a sweep file; every problem is a SpecError naming the file and the field."""
     path = sweep_path(name_or_path)
+    return parse(_read(path), path, max_trials)
+
+
+def _read(path: Path) -> str:
+    """The file's text: a regular file (not a pipe or a device that never ends) of bounded size, UTF-8."""
     where = str(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: a pipe would block the open itself
+            raise SpecError(f"{where}: not a regular file")
+        with open(path, "rb") as f:
+            data = f.read(limits.MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(f"{where}: no such file") from None
+    except OSError as e:
+        raise SpecError(f"{where}: cannot read: {e.strerror or e}") from None
+    if len(data) > limits.MAX_SPEC_BYTES:
+        raise SpecError(f"{where}: larger than {limits.MAX_SPEC_BYTES:,} bytes: not a sweep file")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SpecError(f"{where}: not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise SpecError(f"{where}: cannot read: {e.strerror}") from None
-    return parse(text, path)
 
 
-def parse(text: str, path: Path) -> Sweep:
+def parse(text: str, path: Path, max_trials: int = limits.MAX_TRIALS) -> Sweep:
     """Validate a sweep file's text; `path` names it in messages (and gives the default name)."""
     where = str(path)
+    if len(text) > limits.MAX_SPEC_BYTES:
+        raise SpecError(f"{where}: larger than {limits.MAX_SPEC_BYTES:,} bytes: not a sweep file")
     try:
         raw = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{where}: malformed YAML{at}: {problem}") from None
+        raise SpecError(f"{where}: malformed YAML{at}: {problem[:200]}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise SpecError(f"{where}: malformed YAML: nested too deeply") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: expected a mapping of sweep settings at the top level")
     for old, new in LEGACY_KEYS.items():
@@ -206,8 +272,19 @@ def parse(text: str, path: Path) -> Sweep:
         envs = environments.parse_section(raw.get("environments"))
     except ValueError as e:
         raise SpecError(f"{where}: environments: {e}") from None
+    name = raw.get("name") or path.stem
+    if (problem := limits.name_problem(name)) and raw.get("name"):
+        raise SpecError(f"{where}: name: expected {problem} (it names a results folder), got {quote(name)}")
+    if problem:
+        raise SpecError(f"{where}: the file name makes the sweep's name {quote(name)}, but a name (a results folder) "
+                        f"takes {problem}: give the file a name: key")
+    for scale in SCALES:  # counted from the grid's shape, before anything is expanded
+        count = trial_count(raw, scale)
+        if count > max_trials:
+            raise SpecError(f"{where}: grid: {count:,} trials at scale {scale}, more than the limit of {max_trials:,} "
+                            "(--max-trials N raises it)")
     sweep = Sweep(
-        name=raw.get("name") or path.stem,
+        name=name,
         description=raw["description"],
         study=raw.get("study"),
         path=path.resolve(),
@@ -226,14 +303,12 @@ def parse(text: str, path: Path) -> Sweep:
 def _check_top(where: str, raw: dict[str, Any]) -> None:
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
-        raise SpecError(f"{where}: unknown key '{unknown[0]}' (expected one of {', '.join(sorted(TOP_KEYS))})")
+        raise SpecError(f"{where}: unknown key {quote(unknown[0])} (expected one of {', '.join(sorted(TOP_KEYS))})")
     if not isinstance(raw.get("description"), str) or not raw["description"].strip():
         raise SpecError(f"{where}: description: expected a one-line text saying what the sweep reproduces")
     for key in ("name", "study"):
         if key in raw and not isinstance(raw[key], str):
             raise SpecError(f"{where}: {key}: expected a text")
-    if "name" in raw and not NAME.match(raw["name"]):
-        raise SpecError(f"{where}: name: expected letters, digits, '_', '.' or '-' (it names a results folder), got {raw['name']!r}")
     if "target_acc" in raw and _number(0, 1, lo_open=True)(raw["target_acc"]):
         raise SpecError(f"{where}: target_acc: expected a number in (0, 1]")
     early = raw.get("early_stopping")
@@ -242,32 +317,32 @@ def _check_top(where: str, raw: dict[str, Any]) -> None:
             raise SpecError(f"{where}: early_stopping: expected a mapping with grace_period, reduction_factor")
         for key, value in early.items():
             if key not in EARLY_STOPPING_KEYS:
-                raise SpecError(f"{where}: early_stopping: unknown key '{key}' (expected grace_period, reduction_factor)")
-            expected = _int(EARLY_STOPPING_KEYS[key])(value)
+                raise SpecError(f"{where}: early_stopping: unknown key {quote(key)} (expected grace_period, reduction_factor)")
+            expected = _int(EARLY_STOPPING_KEYS[key], limits.INT_MAX["epochs"])(value)
             if expected:
-                raise SpecError(f"{where}: early_stopping.{key}: expected {expected}, got {value!r}")
+                raise SpecError(f"{where}: early_stopping.{key}: expected {expected}, got {quote(value)}")
     _check_section(where, "", raw)
     scales = raw.get("scales", {})
     if not isinstance(scales, dict):
         raise SpecError(f"{where}: scales: expected a mapping with keys smoke, full")
     for scale, section in scales.items():
         if scale not in SCALES:
-            raise SpecError(f"{where}: scales: unknown scale '{scale}' (expected smoke or full)")
+            raise SpecError(f"{where}: scales: unknown scale {quote(scale)} (expected smoke or full)")
         if not isinstance(section, dict):
             raise SpecError(f"{where}: scales.{scale}: expected a mapping with keys fixed, grid, include")
         bad = sorted(set(map(str, section)) - SECTION_KEYS)
         if bad:
-            raise SpecError(f"{where}: scales.{scale}: unknown key '{bad[0]}' (expected fixed, grid, include)")
+            raise SpecError(f"{where}: scales.{scale}: unknown key {quote(bad[0])} (expected fixed, grid, include)")
         _check_section(where, f"scales.{scale}.", section)
 
 
 def _check_value(where: str, field: str, key: str, value: Any) -> None:
     if key not in CHECKS:
         hint = " (set by the engine)" if key in DERIVED else ""
-        raise SpecError(f"{where}: {field}: unknown setting '{key}'{hint} (expected one of {', '.join(sorted(CHECKS))})")
+        raise SpecError(f"{where}: {field}: unknown setting {quote(key)}{hint} (expected one of {', '.join(sorted(CHECKS))})")
     expected = CHECKS[key](value)
     if expected:
-        raise SpecError(f"{where}: {field}: expected {expected}, got {value!r}")
+        raise SpecError(f"{where}: {field}: expected {expected}, got {quote(value)}")
 
 
 def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
@@ -275,15 +350,15 @@ def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
     if not isinstance(fixed, dict):
         raise SpecError(f"{where}: {prefix}fixed: expected a mapping of setting: value")
     for key, value in fixed.items():
-        _check_value(where, f"{prefix}fixed.{key}", key, value)
+        _check_value(where, f"{prefix}fixed.{shown(key)}", key, value)
     grid = section.get("grid", {})
     if not isinstance(grid, dict):
         raise SpecError(f"{where}: {prefix}grid: expected a mapping of setting: [values]")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
-            raise SpecError(f"{where}: {prefix}grid.{key}: expected a non-empty list of values")
+            raise SpecError(f"{where}: {prefix}grid.{shown(key)}: expected a non-empty list of values")
         for i, value in enumerate(values):
-            _check_value(where, f"{prefix}grid.{key}[{i}]", key, value)
+            _check_value(where, f"{prefix}grid.{shown(key)}[{i}]", key, value)
     include = section.get("include", [])
     if not isinstance(include, list):
         raise SpecError(f"{where}: {prefix}include: expected a list of trial settings")
@@ -293,9 +368,9 @@ def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
         for key, value in entry.items():
             values = value if isinstance(value, list) and key != "lr_decay_epochs" else [value]
             if not values:
-                raise SpecError(f"{where}: {prefix}include[{i}].{key}: expected a value or a non-empty list")
+                raise SpecError(f"{where}: {prefix}include[{i}].{shown(key)}: expected a value or a non-empty list")
             for v in values:
-                _check_value(where, f"{prefix}include[{i}].{key}", key, v)
+                _check_value(where, f"{prefix}include[{i}].{shown(key)}", key, v)
 
 
 def varying_axes(trials: list[TrialConfig]) -> tuple[str, ...]:
@@ -329,19 +404,38 @@ def _product(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
 
 
-def expand(sweep: Sweep, scale: str) -> list[TrialConfig]:
-    """The trials of one scale, in grid order, each validated as a whole."""
-    raw = sweep.raw
+def _sections(raw: dict[str, Any], scale: str) -> tuple[dict[str, Any], dict[str, list[Any]], list[dict[str, Any]]]:
+    """fixed, grid and include of one scale: the top level with the scale's overrides."""
     override = raw.get("scales", {}).get(scale, {})
     fixed = {**raw.get("fixed", {}), **override.get("fixed", {})}
     grid = {**raw.get("grid", {}), **override.get("grid", {})}
-    include = override.get("include", raw.get("include", []))
+    return fixed, grid, override.get("include", raw.get("include", []))
+
+
+def _entry_axes(entry: dict[str, Any]) -> dict[str, list[Any]]:
+    """An include entry as its own small grid (a list is an axis, except lr_decay_epochs' own list)."""
+    return {k: (v if isinstance(v, list) and k != "lr_decay_epochs" else [v]) for k, v in entry.items()}
+
+
+def trial_count(raw: dict[str, Any], scale: str) -> int:
+    """How many trials a scale expands to (duplicates included), from the grid's shape alone."""
+    fixed, grid, include = _sections(raw, scale)
+    count = math.prod(len(v) for v in grid.values()) if grid else 0
+    for entry in include:
+        count += (math.prod(len(v) for v in _entry_axes(entry).values())
+                  * math.prod(len(v) for k, v in grid.items() if k not in entry))
+    return count or (1 if fixed else 0)
+
+
+def expand(sweep: Sweep, scale: str) -> list[TrialConfig]:
+    """The trials of one scale, in grid order, each validated as a whole."""
+    fixed, grid, include = _sections(sweep.raw, scale)
     where = f"{sweep.path}"
 
     partials = _product(grid) if grid else []
     for entry in include:
         # An include entry is its own small grid; axes it leaves out take every grid value.
-        axes = {k: (v if isinstance(v, list) and k != "lr_decay_epochs" else [v]) for k, v in entry.items()}
+        axes = _entry_axes(entry)
         axes.update({k: v for k, v in grid.items() if k not in entry})
         partials.extend(_product(axes))
     if not partials and fixed:

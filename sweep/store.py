@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from sweep.environments import Environment
 from sweep.errors import StoreError
+from sweep.limits import name_problem, quote
 from sweep.location import Location, RemotePath, at
 from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, TRIAL_SCHEMA, Status
 from trainables.config import TrialConfig
@@ -142,10 +143,30 @@ def _atomic_write_bytes(path: Location, payload: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> tuple[pa.Table, list[str]]:
+    """The rows as a table of `schema`, and the columns that could not hold a value given for them.
+
+    A value no column can hold (an integer past int64, a text where a number goes) makes that column
+    null in these rows instead of losing the rows: an epoch row or a summary row always lands, so a
+    trial is never left looking unfinished (and `status` saying "running" for ever) by one bad value.
+    """
+    try:
+        return pa.Table.from_pylist(rows, schema=schema), []
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        pass
+    arrays, bad = [], []
+    for column in schema:
+        try:
+            arrays.append(pa.array([row.get(column.name) for row in rows], type=column.type))
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            arrays.append(pa.nulls(len(rows), column.type))
+            bad.append(column.name)
+    return pa.Table.from_arrays(arrays, schema=schema), bad
+
+
 def _atomic_write_table(path: Location, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
-    table = pa.Table.from_pylist(rows, schema=schema)
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
+    pq.write_table(_table(rows, schema)[0], sink)  # a value no column holds: null there (finish_trial says so)
     _atomic_write_bytes(path, sink.getvalue().to_pybytes())
 
 
@@ -200,7 +221,7 @@ class RunStore:
 
     @classmethod
     def create(cls, results: Location, meta: RunMeta, spec_text: str) -> RunStore:
-        store = cls(results / meta.sweep / meta.run_id)
+        store = cls(results / folder_name(meta.sweep) / folder_name(meta.run_id))
         store.epochs_dir.mkdir(parents=True)
         store.trials_dir.mkdir()
         _atomic_write_bytes(store.dir / "sweep.yaml", spec_text.encode())
@@ -272,7 +293,16 @@ class RunStore:
             path.unlink()
 
     def finish_trial(self, summary: dict[str, Any], epochs: list[dict[str, Any]]) -> None:
-        """Stamp the trial's final status on its epoch rows, then write its summary row (the commit)."""
+        """Stamp the trial's final status on its epoch rows, then write its summary row (the commit).
+
+        A summary with a value the store cannot hold is still written: that column null, the trial
+        failed, and the error naming the column."""
+        _, bad = _table([summary], TRIAL_SCHEMA)
+        if bad:
+            why = f"values not storable in column{'s' if len(bad) > 1 else ''} {', '.join(bad)}"
+            summary = {**summary, **dict.fromkeys(bad), "status": Status.FAILED.value,
+                       "error_type": summary.get("error_type") or "UnstorableValue",
+                       "error": f"{summary['error']}; {why}" if summary.get("error") else why}
         if epochs:
             stamped = [{**row, "status": summary["status"]} for row in epochs]
             _atomic_write_table(self.epochs_dir / f"{summary['trial_id']}.parquet", stamped, EPOCH_SCHEMA)
@@ -333,9 +363,16 @@ def summarize(trial_id: str, config: TrialConfig, epochs: list[dict[str, Any]], 
     return row
 
 
+def folder_name(name: str) -> str:
+    """`name`, checked to be one folder right under its parent: a run's folder stays inside --results."""
+    if problem := name_problem(name):
+        raise StoreError(f"{quote(name)} cannot name a folder of the store (expected {problem})")
+    return name
+
+
 def run_dirs(results: Location, sweep: str) -> list[Location]:
     """A sweep's runs, oldest first (run ids sort by start time)."""
-    folder = results / sweep
+    folder = results / folder_name(sweep)
     return sorted(p for p in folder.iterdir() if (p / "run.json").exists()) if folder.is_dir() else []
 
 

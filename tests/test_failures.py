@@ -25,11 +25,11 @@ def test_failed_trials_are_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
     raised = summary.loc[("mxnet", "inception_v3", 8, 0.05)]
     assert raised.status == "failed" and raised.error_type == "ValueError" and "kernel size exceed input" in raised.error
     # MXNet's own error class, which the driver cannot unpickle: the trial's process made it plain data.
-    mxnet_error = summary.loc[("mxnet", "resnet8_cifar", 100000000, 0.05)]
+    mxnet_error = summary.loc[("mxnet", "resnet8_cifar", 65536, 0.05)]
     assert mxnet_error.status == "failed" and mxnet_error.error_type == "MXNetError", mxnet_error.error
     assert mxnet_error.error_class == "mxnet.base.MXNetError" and "larger than 2^31 elements" in mxnet_error.error
     assert not mxnet_error.error.startswith("Traceback")  # the first line that says something
-    oom = summary.loc[("tensorflow", "resnet8_cifar", 100000000, 0.05)]
+    oom = summary.loc[("tensorflow", "resnet8_cifar", 65536, 0.05)]
     assert oom.status == "oom" and oom.error_type == "ResourceExhaustedError" and "OOM" in oom.error
     assert oom.error_class == "tensorflow.python.framework.errors_impl.ResourceExhaustedError"
     diverged = summary.loc[("mxnet", "resnet8_cifar", 8, 1e8)]

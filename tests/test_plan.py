@@ -98,7 +98,7 @@ def test_set_is_recorded_and_part_of_the_runs_identity(runs: EngineRuns, capsys:
     meta = runs.meta(0)
     assert meta.overrides == {"epochs": 1, "batch_per_gpu": 8}
     assert set(runs.trials(0).epochs) == {1} and set(runs.trials(0).batch_per_gpu) == {8}
-    assert resume_command("tiny_mxnet", meta, "results").endswith("--set batch_per_gpu=8 --set epochs=1")
+    assert resume_command("tiny_mxnet", meta.run_id, meta.overrides, "results").endswith("--set batch_per_gpu=8 --set epochs=1")
     # The first run has an infeasible trial: --retry-failed would run it again. Another --set is refused ...
     resume = [SWEEP, "--resume", meta.run_id, "--retry-failed", "--results", str(runs.results)]
     out = run_cli(*resume, "--set", "epochs=2", "--set", "batch_per_gpu=8", timeout=60)

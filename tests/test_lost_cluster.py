@@ -1,0 +1,155 @@
+"""The cluster lost mid-run: the driver says so in its own line, exits 75, and --resume recovers the run."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import ROOT, SWEEPS, run_cli
+
+from sweep import spec, store
+from sweep.gcs import LOST_EXIT, Watchdog
+
+SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
+
+
+def gcs_pid(ray_tmp: Path, driver: int) -> int:
+    """The embedded Ray's GCS, as its session's own log names it: the pid in the first line of
+    logs/gcs_server.out ("[date time I PID TID] ..."). RAY_TMPDIR is this test's own folder, so the
+    session is the driver's and no one else's; the pid is checked to be the driver's child."""
+    deadline = time.time() + 60
+    while True:
+        logs = list((ray_tmp / "ray").glob("session_2*/logs/gcs_server.out"))
+        first = logs[0].read_text().split("\n", 1)[0] if logs else ""
+        found = re.match(r"\[\S+ \S+ \w (\d+) ", first)
+        if found:
+            pid = int(found.group(1))
+            assert psutil.Process(pid).ppid() == driver, "the GCS in this session is not the driver's"
+            return pid
+        assert time.time() < deadline, f"no GCS log under {ray_tmp}"
+        time.sleep(0.2)
+
+
+def test_the_watchdog_tells_a_gcs_gone_from_one_slow_to_answer(tmp_path: Path) -> None:
+    """A port that refuses connections is a GCS gone (after gone_s); one that accepts and says nothing
+    may be a GCS too busy to answer, given silent_s before it counts as lost."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    gone_port = closed.getsockname()[1]
+    closed.close()
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held: list[socket.socket] = []  # accepted and never answered, as a hung GCS would
+
+    def accept() -> None:
+        try:
+            while True:
+                held.append(silent.accept()[0])
+        except OSError:  # closed at the end of the test
+            pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        for port, gone_s, silent_s, says in ((gone_port, 1.0, 60.0, "Connection refused"),
+                                             (silent.getsockname()[1], 0.5, 3.0, "does not answer as a Ray GCS")):
+            reasons: list[tuple[float, str]] = []
+            t0 = time.monotonic()
+            with Watchdog(f"127.0.0.1:{port}", gone_s, silent_s, lambda why: reasons.append((time.monotonic() - t0, why)),
+                          interval_s=0.1, timeout_s=0.5):
+                while not reasons and time.monotonic() - t0 < 20:
+                    time.sleep(0.05)
+            assert len(reasons) == 1 and says in reasons[0][1], reasons
+            assert max(gone_s, 1.0 if port == gone_port else silent_s) <= reasons[0][0] < 15, reasons
+    finally:
+        silent.close()
+        for connection in held:
+            connection.close()
+
+
+@pytest.mark.slow
+def test_a_lost_gcs_is_one_line_exit_75_and_resume_recovers(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    ray_tmp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths must stay < 108 bytes
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_TMPDIR": str(ray_tmp)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(results)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not any(run / "epochs" for run in store.run_dirs(results, "tiny_mxnet")
+                      if list((run / "epochs").glob("*.parquet"))):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(gcs_pid(ray_tmp, proc.pid), signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        seconds = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    run = store.RunStore(store.run_dirs(results, "tiny_mxnet")[-1])
+    assert proc.returncode == LOST_EXIT, (proc.returncode, out[-2000:], err[-3000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: lost the Ray cluster mid-run (the embedded Ray's GCS"), err
+    assert f"resume with: python -m sweep {SWEEP} --resume {run.meta.run_id} --results {results}" in out
+    assert seconds < 45, seconds  # the watchdog's 10 s for a GCS port that refuses, not Ray's minute
+    trials = spec.load(SWEEP).trials("smoke")
+    assert len(run.trials()) < len(trials), "every trial ended before the loss: the test proved nothing"
+
+    status = run_cli("status", SWEEP, "--results", str(results), timeout=60)
+    assert status.returncode == 0 and "--resume" in status.stdout, status.stdout + status.stderr
+    again = run_cli(SWEEP, "--results", str(results), "--resume", timeout=400)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    summary, epochs = run.trials(), run.epochs()
+    assert sorted(summary.trial_id) == sorted(t.trial_id for t in trials) and set(summary.status) == {"completed"}
+    for t in trials:
+        assert sorted(epochs[epochs.trial_id == t.trial_id].epoch) == list(range(t.epochs)), t.trial_id
+
+
+@pytest.mark.slow
+def test_a_lost_head_node_of_a_joined_cluster_is_one_line_and_exit_75(tmp_path: Path) -> None:
+    """--address: the head node (and the GCS on it) goes; the driver outlasts Ray's own minute and says so."""
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 2, "num_gpus": 4}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    cluster.add_node(**node)
+    cluster.wait_for_nodes()
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(SWEEPS / "node_loss.yaml"), "--address", cluster.address,
+                             "--results", str(results), "--scale", "full"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not any(list((run / "epochs").glob("*.parquet")) for run in store.run_dirs(results, "node_loss")):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        cluster.remove_node(cluster.head_node)
+        lost = time.monotonic()
+        out, err = proc.communicate(timeout=300)
+        seconds = time.monotonic() - lost
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        cluster.shutdown()
+    assert proc.returncode == LOST_EXIT, (proc.returncode, out[-2000:], err[-3000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: lost the Ray cluster mid-run (its head node or GCS"), err
+    run = store.RunStore(store.run_dirs(results, "node_loss")[-1])
+    assert f"--resume {run.meta.run_id}" in out
+    # The trials whose actors died with the head are not failures: no summary row, so --resume runs them.
+    assert not [tid for tid, status in run.finished().items() if not status.done], run.finished()
+    assert seconds < 120, seconds  # the watchdog's minute (Ray's own grace for a GCS to come back)
