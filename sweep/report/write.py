@@ -66,7 +66,8 @@ def write_report(report: Report, out: Path) -> list[Path]:
     if not failed.empty:
         md += ["## Trials that did not complete", ""]
         for _, t in failed.iterrows():
-            why = f": {t['error_type']}: {t['error']}" if pd.notna(t.get("error_type")) else ""
+            said = [str(t[k]) for k in ("error_type", "error") if pd.notna(t.get(k))]  # a diverged trial has no type
+            why = f": {': '.join(said)}" if said else ""
             md.append(f"- {t['trial_id']} ({t['speed_group']}, {t['num_gpus']} GPUs, lr {t['lr']:g}): "
                       f"{status_label(t['status'])}{why}")
         md.append("")
