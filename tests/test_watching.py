@@ -432,7 +432,7 @@ def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(
         assert proc.returncode == 130, out.text[-3000:]
         assert "interrupted" in out.text and "resume with" in out.text
         assert "\x1b[" not in out.text  # not a terminal: plain lines
-        assert re.search(r"^  mxnet resnet8_cifar gpus=1 batch=8 lr=0\.05  epoch 1/30: \d+ img/s", out.text, re.M)
+        assert re.search(r"^  mxnet resnet8_cifar gpus=1 batch=8 lr=0\.05  epoch 0 \(1 of 30 done\): [\d.]+ img/s", out.text, re.M)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started, only those
