@@ -77,6 +77,14 @@ def test_the_watchdog_tells_a_gcs_gone_from_one_slow_to_answer(tmp_path: Path) -
             connection.close()
 
 
+
+def wait_for_a_first_epoch(proc: subprocess.Popen, results: Path, sweep: str) -> None:
+    """Until some trial of the sweep's run has written an epoch row (the run is under way)."""
+    deadline = time.time() + 240
+    while not any(list((run / "epochs").glob("*.parquet")) for run in store.run_dirs(results, sweep)):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+
 @pytest.mark.slow
 def test_a_lost_gcs_is_one_line_exit_75_and_resume_recovers(tmp_path: Path) -> None:
     results = tmp_path / "results"
@@ -86,11 +94,7 @@ def test_a_lost_gcs_is_one_line_exit_75_and_resume_recovers(tmp_path: Path) -> N
     proc = subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(results)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.time() + 240
-        while not any(run / "epochs" for run in store.run_dirs(results, "tiny_mxnet")
-                      if list((run / "epochs").glob("*.parquet"))):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
-            time.sleep(0.2)
+        wait_for_a_first_epoch(proc, results, "tiny_mxnet")
         os.kill(gcs_pid(ray_tmp, proc.pid), signal.SIGKILL)
         killed = time.monotonic()
         out, err = proc.communicate(timeout=120)
@@ -133,10 +137,7 @@ def test_a_lost_head_node_of_a_joined_cluster_is_one_line_and_exit_75(tmp_path: 
                              "--results", str(results), "--scale", "full"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.time() + 240
-        while not any(list((run / "epochs").glob("*.parquet")) for run in store.run_dirs(results, "node_loss")):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
-            time.sleep(0.2)
+        wait_for_a_first_epoch(proc, results, "node_loss")
         cluster.remove_node(cluster.head_node)
         lost = time.monotonic()
         out, err = proc.communicate(timeout=300)
