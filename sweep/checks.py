@@ -120,7 +120,7 @@ def selector(nodes: tuple[str, ...]) -> dict[str, str]:
 
 def unplaceable(trials: list[TrialConfig], nodes: list[Node], checks: list[FrameworkCheck]) -> dict[str, str]:
     """Trials that fit no node, with the reason: too few resources, or their framework runs on no node that fits."""
-    requests = {t.trial_id: (t.cpus_per_trial, t.gpus_per_node, t.nodes) for t in trials}
+    requests = {t.trial_id: (t.cpus, t.gpus_per_node, t.nodes) for t in trials}
     out = infeasible(requests, nodes)
     for t in trials:
         failed = [c for c in checks if c.framework == t.framework and not c.ok]
@@ -131,8 +131,8 @@ def unplaceable(trials: list[TrialConfig], nodes: list[Node], checks: list[Frame
         if not usable:  # the framework's own words, as the issue's example: "mxnet 1.9.1 (CUDA 11.7) has no kernels ..."
             out[t.trial_id] = _reasons(failed, per_node=False)
         elif infeasible({t.trial_id: requests[t.trial_id]}, usable):
-            needs = (f"needs {t.nodes} nodes with {t.gpus_per_node} GPUs and {t.cpus_per_trial} CPUs each" if t.nodes > 1
-                     else f"needs {t.gpus_per_node} GPUs and {t.cpus_per_trial} CPUs on one node")
+            needs = (f"needs {t.nodes} nodes with {t.gpus_per_node} GPUs and {t.cpus} CPUs each" if t.nodes > 1
+                     else f"needs {t.gpus_per_node} GPUs and {t.cpus} CPUs on one node")
             out[t.trial_id] = (f"{needs}; {t.framework} runs on {len(usable)} of the cluster's {len(nodes)} nodes "
                                f"(not on {_reasons(failed, per_node=True)})")
     return out

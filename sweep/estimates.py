@@ -102,7 +102,8 @@ class Measurement:
 
 
 def config_of(row: dict[str, Any]) -> TrialConfig:
-    return TrialConfig.from_dict({name: row[name] for name in field_names()})
+    """The trial a stored row describes (its cpus_per_trial is what the trial reserved)."""
+    return TrialConfig.from_dict({name: row[name] for name in field_names() if name in row})
 
 
 def measurements(rows: list[dict[str, Any]]) -> list[Measurement]:

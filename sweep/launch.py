@@ -23,7 +23,7 @@ from sweep import environments, estimates, gcs, limits, overrides, spec, store
 from sweep.environments import Environment
 from sweep.errors import UsageError
 from sweep.location import Location
-from sweep.plan import Plan, build, emulated_shape, last_run, started_target
+from sweep.plan import Plan, Target, build, emulated_shape, last_run, started_target, with_host_cpus
 from sweep.runs import RunState, latest_unfinished, reach, read_run, results_location, resume_command, run_by_id
 from sweep.schema import Status
 from sweep.spec import Sweep
@@ -261,7 +261,8 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
 
     for line in dashboard.banner(cluster):  # dashboard URL, where its token is, metrics endpoint
         print(line)
-    trials = launch.trials
+    target = started_target(cluster, launch.emulated)
+    trials = with_host_cpus(launch.trials, target)  # the CPUs each reserves: a fact of this cluster
     found: list[FrameworkCheck] = []
     if args.skip_infeasible or not checks.unplaceable(trials, cluster.nodes, found):  # (too big anywhere: stop now)
         # Each framework on each node, in its environment, before any trial: where it can run at all.
@@ -276,7 +277,7 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
         if not args.skip_infeasible:
             raise UsageError(f"{len(bad)} of {len(trials)} trials fit no node of the cluster (table above); "
                              "--skip-infeasible records them as infeasible and runs the rest")
-    planned, ordered = _plan(launch, cluster, args.max_concurrent)
+    planned, ordered = _plan(launch, trials, target, args.max_concurrent)
     ordered = [t for t in ordered if t.trial_id not in bad]  # the plan knows the nodes' sizes, the checks their frameworks
     session = _session(command, args.address, planned.record() if ordered else None, launch.environments, found)
     columns = {"engine_version": session.engine_version, "git_commit": session.git_commit,
@@ -312,11 +313,11 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
     return 1 if not_ok or pending else 0
 
 
-def _plan(launch: Launch, cluster: Any, max_concurrent: int | None) -> tuple[Plan, list[TrialConfig]]:
+def _plan(launch: Launch, trials: list[TrialConfig], target: Target,
+          max_concurrent: int | None) -> tuple[Plan, list[TrialConfig]]:
     """The plan of this session's trials on the cluster Ray reports, printed: it heads the run's output."""
     results = launch.results
-    plan, ordered = build(launch.sweep, launch.scale, launch.trials, started_target(cluster, launch.emulated),
-                          estimates.history(results), last_run(results, launch.sweep.name), max_concurrent)
+    plan, ordered = build(launch.sweep, launch.scale, trials, target, estimates.history(results), last_run(results, launch.sweep.name), max_concurrent)
     for line in plan.lines():
         print(line)
     return plan, ordered
@@ -328,5 +329,5 @@ def _infeasible_table(trials: list[TrialConfig], nodes: list[Any], why: dict[str
              f"{largest[0]:g} GPUs, {largest[1]:g} CPUs):",
              "  trial_id    framework   model           nodes  GPUs/node  CPUs/node  why"]
     lines += [f"  {t.trial_id}  {t.framework:<10}  {t.model:<14}  {t.nodes:>5}  "
-              f"{t.gpus_per_node:>9}  {t.cpus_per_trial:>9}  {why[t.trial_id]}" for t in trials]
+              f"{t.gpus_per_node:>9}  {t.cpus:>9}  {why[t.trial_id]}" for t in trials]
     return "\n".join(lines)

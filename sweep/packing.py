@@ -29,7 +29,7 @@ def simulate(order: Sequence[TrialConfig], seconds: dict[str, float], node_gpus:
     while position < len(order) or running:
         while position < len(order) and (max_concurrent is None or len(running) < max_concurrent):
             trial = order[position]
-            g, c, n = trial.gpus_per_node, trial.cpus_per_trial, trial.nodes
+            g, c, n = trial.gpus_per_node, trial.cpus, trial.nodes
             fits = [i for i in range(len(free_gpus)) if free_gpus[i] >= g and free_cpus[i] >= c][:n]
             if len(fits) < n:
                 break
@@ -43,7 +43,7 @@ def simulate(order: Sequence[TrialConfig], seconds: dict[str, float], node_gpus:
         now, _, nodes, trial = heapq.heappop(running)
         for i in nodes:
             free_gpus[i] += trial.gpus_per_node
-            free_cpus[i] += trial.cpus_per_trial
+            free_cpus[i] += trial.cpus
     return now
 
 

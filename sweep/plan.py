@@ -55,6 +55,7 @@ class TrialPlan:
     label: str  # framework, model, GPUs, batch, lr and the other settings the sweep varies
     num_gpus: int
     nodes: int  # nodes the trial spans
+    cpus: int  # CPUs it reserves on each (TrialConfig.cpus)
     fits_nodes: int  # nodes of the cluster its bundle fits on
     infeasible: str | None  # why it fits no node (the run stops, or records it with --skip-infeasible)
     seconds: float | None  # estimated wall time; None: no estimate
@@ -105,8 +106,8 @@ class Plan:
              for n in self.nodes], right={1, 2})]
         out.append(f"trials, in the order they are handed to Tune ({self.order}):")
         out += ["  " + line for line in table(
-            ["trial_id", "trial", "fits", "estimate", "from"],
-            [[t.trial_id, t.label, f"{t.fits_nodes} node{'s' if t.fits_nodes != 1 else ''}", _estimate(t), t.basis]
+            ["trial_id", "trial", "CPUs", "fits", "estimate", "from"],
+            [[t.trial_id, t.label, str(t.cpus), f"{t.fits_nodes} node{'s' if t.fits_nodes != 1 else ''}", _estimate(t), t.basis]
              for t in self.trials])]
         for t in self.trials:
             if t.infeasible:
@@ -234,12 +235,25 @@ def joined_target(address: str, name: str) -> Target:
 
 # --- the plan -------------------------------------------------------------------------------------------
 
+def with_host_cpus(trials: Sequence[TrialConfig], target: Target) -> list[TrialConfig]:
+    """The trials, each knowing the CPUs it reserves by default on this target (TrialConfig.cpus).
+
+    On real GPUs a trial that leaves cpus_per_trial unset takes the node's cores per GPU for each of its
+    GPUs: the share of the GPU node with the fewest, so that a trial fits wherever its GPUs do. Emulated
+    GPUs, and a described cluster without --cpus-per-node, keep one CPU per trial.
+    """
+    shares = [int(n.cpus // n.gpus) for n in target.nodes if n.gpus >= 1 and math.isfinite(n.cpus)]
+    if target.hardware.kind != "gpu" or not shares:
+        return list(trials)
+    return [dataclasses.replace(t, cpus_per_gpu=max(1, min(shares))) for t in trials]
+
+
 def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, history: History,
           last_run: Comparison | None = None, max_concurrent: int | None = None) -> tuple[Plan, list[TrialConfig]]:
     """The plan of these trials on the target, and the trials that fit in the order to hand them to Tune."""
     estimator = Estimator(history, target.hardware)
     guesses = {t.trial_id: estimator.guess(t) for t in trials}
-    bad = ray_cluster.infeasible({t.trial_id: (t.cpus_per_trial, t.gpus_per_node, t.nodes) for t in trials}, target.nodes)
+    bad = ray_cluster.infeasible({t.trial_id: (t.cpus, t.gpus_per_node, t.nodes) for t in trials}, target.nodes)
     fitting = [t for t in trials if t.trial_id not in bad]
     timed = all(guesses[t.trial_id].seconds is not None for t in fitting)
     # Without a time for every trial, the order still follows the models' relative costs.
@@ -253,7 +267,7 @@ def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, h
     trial_plans = [_trial_plan(t, guesses[t.trial_id], target.nodes, bad.get(t.trial_id), axes)
                    for t in ordered + [t for t in trials if t.trial_id in bad]]
     nodes = [NodePlan(n.node_id[:12], n.gpus, None if math.isinf(n.cpus) else n.cpus,
-                      sum(1 for t in trials if n.gpus >= t.gpus_per_node and n.cpus >= t.cpus_per_trial))
+                      sum(1 for t in trials if n.gpus >= t.gpus_per_node and n.cpus >= t.cpus))
              for n in target.nodes]
     plan = Plan(sweep=sweep.name, scale=scale, overrides=dict(sweep.overrides), cluster=target.description,
                 hardware=str(target.hardware), nodes=nodes, order=how, trials=trial_plans, max_concurrent=max_concurrent,
@@ -264,8 +278,8 @@ def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, h
 
 def _trial_plan(t: TrialConfig, guess: estimates.Guess, nodes: list[Node], infeasible: str | None,
                 axes: tuple[str, ...]) -> TrialPlan:
-    fits = sum(1 for n in nodes if n.gpus >= t.gpus_per_node and n.cpus >= t.cpus_per_trial)
-    return TrialPlan(t.trial_id, t.label(axes), t.num_gpus, t.nodes, fits, infeasible, guess.seconds, guess.source,
+    fits = sum(1 for n in nodes if n.gpus >= t.gpus_per_node and n.cpus >= t.cpus)
+    return TrialPlan(t.trial_id, t.label(axes), t.num_gpus, t.nodes, t.cpus, fits, infeasible, guess.seconds, guess.source,
                      guess.runs, guess.uncertainty, guess.basis)
 
 
@@ -356,6 +370,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     scale = args.scale or ("smoke" if emulated else "full")  # as `run` chooses it
     trials = sweep.trials(scale)
     target = target or embedded_target(trials, args.emulate_gpus, bool(emulated))
+    trials = with_host_cpus(trials, target)
     plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name),
                     args.max_concurrent)
     print(plan.to_json() if args.json else "\n".join(plan.lines()))

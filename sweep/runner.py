@@ -194,7 +194,7 @@ def trial_resources(config: dict[str, Any]) -> tune.PlacementGroupFactory:
     """
     trial = trial_of(config)
     runtime: TrialRuntime | None = config.get("runtime")  # None: the trial alone (benchmarks/packing_makespan.py)
-    bundle = {"CPU": trial.cpus_per_trial, "GPU": trial.gpus_per_node}
+    bundle = {"CPU": trial.cpus, "GPU": trial.gpus_per_node}
     nodes = runtime.placement.get(trial.framework) if runtime else None
     only = {"bundle_label_selector": [checks.selector(nodes)] * trial.nodes} if nodes else {}
     if trial.distributed or (runtime and runtime.runtime_env(trial.framework)):

@@ -48,7 +48,7 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
     "weight_decay": pa.float64(), "data": pa.string(), "image_size": pa.int64(),
     "steps_per_epoch": pa.int64(), "val_examples": pa.int64(), "warmup_steps": pa.int64(), "seed": pa.int64(),
     "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
-    "variable_update": pa.string(),
+    "variable_update": pa.string(), "cpus_per_gpu": pa.int64(),
 }
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
 ENV_COLUMNS: dict[str, pa.DataType] = {

@@ -178,14 +178,14 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "val_examples": _setting_int("val_examples", 1, allow_none=True),
     "warmup_steps": _setting_int("warmup_steps", 0),
     "seed": _setting_int("seed", 0),
-    "cpus_per_trial": _setting_int("cpus_per_trial", 1),
+    "cpus_per_trial": _setting_int("cpus_per_trial", 1, allow_none=True),
     "kvstore": _choice(KVSTORES),
     "nodes": _setting_int("nodes", 1),
     "gpus_per_node": _setting_int("gpus_per_node", 1),
     "variable_update": _choice(VARIABLE_UPDATES),
 }
 # Set by the engine, never by a sweep file.
-DERIVED = {"lr_rule"}
+DERIVED = {"lr_rule", "cpus_per_gpu"}
 assert set(CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
 REQUIRED = ("framework", "model", "batch_per_gpu", "epochs")  # and num_gpus or gpus_per_node
 

@@ -332,8 +332,8 @@ class RunStore:
 
 
 def config_columns(config: TrialConfig) -> dict[str, Any]:
-    """A trial's config as the columns of its rows."""
-    return {**config.to_dict(), "global_batch": config.global_batch}
+    """A trial's config as the columns of its rows: cpus_per_trial is what the trial reserved."""
+    return {**config.to_dict(), "cpus_per_trial": config.cpus, "global_batch": config.global_batch}
 
 
 def summarize(trial_id: str, config: TrialConfig, epochs: list[dict[str, Any]], status: Status,

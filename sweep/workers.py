@@ -162,7 +162,7 @@ class Group:
     def worker(self, bundle: int, emulated: bool, with_devices: bool = True) -> Any:
         """A TrialWorker; with_devices: it takes the bundle's GPUs and CPUs (else it drives others', as a coordinator)."""
         cfg = self.cfg
-        resources = {"num_cpus": cfg.cpus_per_trial, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
+        resources = {"num_cpus": cfg.cpus, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
         actor = TrialWorker.options(**resources, scheduling_strategy=self._at(bundle), **self.env).remote(emulated)
         self.actors.append(actor)
         self.workers.append(actor)
@@ -171,7 +171,7 @@ class Group:
     def role(self, bundle: int, name: str, with_devices: bool = False) -> Any:
         """A RoleProcess; with_devices: it takes the bundle's GPUs and CPUs (a TensorFlow worker server)."""
         cfg = self.cfg
-        options = {"num_cpus": cfg.cpus_per_trial, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
+        options = {"num_cpus": cfg.cpus, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
         actor = RoleProcess.options(**options, scheduling_strategy=self._at(bundle), **self.env).remote()
         self.actors.append(actor)
         self.roles.append((actor, name))

@@ -175,6 +175,11 @@ def test_plan_for_a_described_cluster_needs_no_ray(runs: EngineRuns, capsys: pyt
     other = cli(capsys, *base, "--nodes", "4", "--gpus-per-node", "8", "--gpu-model", "H100")
     assert other.returncode == 0 and "estimates for gpu (H100)" in other.stdout
     assert "estimated makespan and GPU-hours: unknown" in other.stdout  # nothing measured on an H100 here
+    # On real GPUs a trial takes the node's cores per GPU for each of its GPUs; emulated ones keep 1.
+    h100 = cli(capsys, *base, "--nodes", "2", "--gpus-per-node", "8", "--cpus-per-node", "96", "--gpu-model", "H100", "--json")
+    assert h100.returncode == 0, h100.stderr
+    assert sorted((t["num_gpus"], t["cpus"]) for t in json.loads(h100.stdout)["trials"]) == [(1, 12), (2, 24)]
+    assert sorted(t["cpus"] for t in json.loads(cli(capsys, *base, "--json").stdout)["trials"]) == [1, 1]
     for args, words in [(["--nodes", "2"], "--nodes and --gpus-per-node go together"),
                         (["--gpu-model", "H100"], "give --nodes and --gpus-per-node too"),
                         (["--nodes", "2", "--gpus-per-node", "2", "--address", "127.0.0.1:1"], "give one or the other"),

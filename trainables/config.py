@@ -41,11 +41,14 @@ class TrialConfig:
     val_examples: int | None = None  # None: the full test split
     warmup_steps: int = 10  # steps excluded from steady-state throughput at the start of a trial
     seed: int = 0
-    cpus_per_trial: int = 1
+    cpus_per_trial: int | None = None  # None: the engine's default, see `cpus`
     kvstore: str = "device"  # MXNet only; TensorFlow uses MirroredStrategy's all-reduce
     nodes: int = 1  # a trial with nodes > 1 runs one worker per node (sweep/workers.py)
     gpus_per_node: int | None = None  # None: num_gpus / nodes, filled in on construction
     variable_update: str = "replicated"  # TensorFlow only: all-reduce, or parameter servers on CPU
+    # The node's cores per GPU, filled in by the engine for trials on real GPUs (sweep/plan.py:
+    # with_host_cpus). A fact of the cluster, not of the trial: not part of its identity.
+    cpus_per_gpu: int | None = None
 
     def __post_init__(self) -> None:
         if self.gpus_per_node is None:  # a config made outside the spec loader (trainables.local, tests)
@@ -57,6 +60,18 @@ class TrialConfig:
     @property
     def global_batch(self) -> int:
         return self.batch_per_gpu * self.num_gpus
+
+    @property
+    def cpus(self) -> int:
+        """CPUs reserved for the trial on each of its nodes, and the framework threads it uses.
+
+        A sweep's `cpus_per_trial` where it sets one. Otherwise, on real GPUs, the node's cores per GPU
+        for each GPU (tf_cnn_benchmarks uses every core: one thread per trial starves a GPU's input
+        and op dispatch); on emulated GPUs 1, so that a CPU machine runs many trials at once.
+        """
+        if self.cpus_per_trial is not None:
+            return self.cpus_per_trial
+        return self.cpus_per_gpu * self.gpus_per_node if self.cpus_per_gpu else 1
 
     @property
     def distributed(self) -> bool:
@@ -78,7 +93,11 @@ class TrialConfig:
     @cached_property
     def trial_id(self) -> str:
         """A stable id: the same trial config has the same id in every run and on every machine."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        identity = self.to_dict()
+        del identity["cpus_per_gpu"]
+        # Every run before the engine's default existed recorded the default as 1: the same trial, the same id.
+        identity["cpus_per_trial"] = self.cpus_per_trial or 1
+        blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
 

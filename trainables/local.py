@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     values.setdefault("lr", 0.1)
     cfg = TrialConfig.from_dict(values)
     # The same thread count a Ray trial of this config gets (Ray sets OMP_NUM_THREADS to its CPUs).
-    os.environ.setdefault("OMP_NUM_THREADS", str(cfg.cpus_per_trial))
+    os.environ.setdefault("OMP_NUM_THREADS", str(cfg.cpus))
     emulated = args.emulate or environment.real_gpu_count() < cfg.num_gpus
     devices = Devices.of([str(i) for i in range(cfg.num_gpus)], emulated)
 

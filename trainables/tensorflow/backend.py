@@ -40,7 +40,7 @@ class Backend:
         if emulated and cfg.gpus_per_node > 1 and (cfg.nodes > 1 or self.parameter_server):
             raise ValueError("TensorFlow's multi-worker strategies use one CPU device per worker: emulate "
                              f"gpus_per_node 1, not {cfg.gpus_per_node} (on GPU nodes any count works)")
-        threads = cfg.cpus_per_trial
+        threads = cfg.cpus
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
         tf.keras.utils.set_random_seed(cfg.seed)
