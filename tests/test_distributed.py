@@ -107,6 +107,7 @@ def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar
     assert not wait_for_no_trial_processes(), "processes left behind"
 
 
+@pytest.mark.slow
 def test_mxnet_dist_kvstores_start_from_conv_weights_mkldnn_has_reordered(cluster, tmp_path: Path) -> None:
     """AlexNet's conv weights are in MKLDNN's layout after an inference-mode forward; MXNet 1.9.1's
     rank 0 then silently skipped their initial push and the servers aborted (every run, both kvstores)."""

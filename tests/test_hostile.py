@@ -60,6 +60,7 @@ def test_the_corpus_is_there() -> None:
     assert len(CORPUS) >= 25 and (HOSTILE / "...yaml") in CORPUS
 
 
+@pytest.mark.slow
 def test_every_hostile_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     """Each file through `show` and `run`, one process each, four at a time (2 cores: CPU-bound, ~15 s)."""
     results = tmp_path / "results"

@@ -92,6 +92,7 @@ def test_a_store_it_cannot_reach_or_write_is_one_line_and_exit_2_before_ray_star
     assert a_file.read_text() == "in the way of --results"
 
 
+@pytest.mark.slow
 def test_an_interrupted_sweep_on_s3_resumes_from_its_checkpoint_there(s3_uri: str, tmp_path: Path) -> None:
     sweep = tmp_path / "remote.yaml"
     sweep.write_text("""\
