@@ -58,6 +58,7 @@ class Backend(Protocol):
     def train_step(self, batch: Any, lr: float) -> tuple[float, int]: ...  # (loss sum, correct), synchronised
     def eval_step(self, batch: Any) -> int: ...  # correct predictions, synchronised
     def device_peak_mib(self) -> list[float] | None: ...  # one per device; None when emulated
+    def precision_columns(self) -> dict[str, Any]: ...  # layout, tf32_allowed, loss_scale (sweep/schema.py)
     def save(self, path: str) -> None: ...
     def load(self, path: str) -> None: ...
 
@@ -186,6 +187,7 @@ class TrialLoop:
             "val_acc": val_acc,
             "peak_device_mem_mib": backend.device_peak_mib(),
             "peak_host_rss_mib": host_peak_rss_mib(),
+            **backend.precision_columns(),
             "diverged": diverged,
         }
 

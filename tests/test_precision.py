@@ -1,0 +1,84 @@
+"""Precision and XLA: what the convolutions compute in, the rows a real run writes, and the refusals."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT, run_cli
+
+from trainables.config import TrialConfig
+from trainables.loop import Devices
+
+
+def test_tensorflow_convolutions_compute_in_the_policy_dtype() -> None:
+    import keras
+    import tensorflow as tf
+
+    from trainables.tensorflow.backend import Backend
+
+    try:
+        for precision, dtype in [("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32")]:
+            cfg = TrialConfig("tensorflow", "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.1,
+                              precision=precision)
+            backend = Backend(cfg, Devices.of(["0"], emulated=True), 32)
+            convs = [layer for layer in backend.model.layers if isinstance(layer, keras.layers.Conv2D)]
+            assert convs and {c.compute_dtype for c in convs} == {dtype}
+            assert {c.kernel.dtype for c in convs} == {"float32"}  # mixed: the variables stay fp32
+            # The tensor a convolution hands on is of that dtype, not only the layer's setting.
+            assert convs[0](tf.random.uniform((4, 32, 32, 3))).dtype.name == dtype
+    finally:
+        keras.mixed_precision.set_global_policy("float32")  # process-wide: other tests build fp32 models
+
+
+def test_mxnet_amp_graph_runs_its_convolutions_in_bfloat16() -> None:
+    # amp.init rewrites MXNet's operators for the whole process: checked in a process of its own.
+    script = textwrap.dedent("""
+        import numpy as np
+        from trainables.config import TrialConfig
+        from trainables.loop import Devices
+        from trainables.mxnet.backend import Backend
+        cfg = TrialConfig("mxnet", "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.1, precision="bf16")
+        backend = Backend(cfg, Devices.of(["0"], emulated=True), 32)
+        backend.train_step(backend.synthetic(), 0.1)
+        internals = backend.net._cached_graph[1].get_internals()
+        _, types, _ = internals.infer_type(data=np.float32)
+        convs = {n: t for n, t in zip(internals.list_outputs(), types) if n.endswith("_fwd_output") and "conv" in n}
+        print(len(convs), sorted({str(t) for t in convs.values()}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    count, dtypes = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert int(count) >= 7 and "bfloat16" in dtypes and "float32" not in dtypes, out.stdout  # every conv of resnet8
+
+
+def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -> None:
+    sweep = tmp_path / "fp16.yaml"
+    sweep.write_text((ROOT / "tests/sweeps/precision.yaml").read_text().replace("[tf32, bf16]", "fp16"))
+    out = run_cli("run", str(sweep), "--results", str(tmp_path / "results"), timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "asks for fp16, which MXNet cannot run on the CPU devices" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_precision_sweep_runs_end_to_end_and_its_rows_say_how(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    out = run_cli("run", "tests/sweeps/precision.yaml", "--results", str(results), timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    trials = pd.read_parquet(next((results / "precision").iterdir()) / "trials")
+    epochs = pd.read_parquet(next((results / "precision").iterdir()) / "epochs")
+    assert set(trials.status) == {"completed"} and len(trials) == 5
+    got = {(r.framework, r.precision, bool(r.xla)): r for r in trials.itertuples()}
+    assert set(got) == {("mxnet", "tf32", False), ("mxnet", "bf16", False), ("tensorflow", "bf16", False),
+                        ("tensorflow", "fp16", False), ("tensorflow", "tf32", True)}
+    for (framework, precision, _), row in got.items():
+        assert row.layout == ("NCHW" if framework == "mxnet" else "NHWC")
+        assert not row.tf32_allowed  # CPU devices: no TF32
+        assert (row.loss_scale > 0) if precision == "fp16" else pd.isna(row.loss_scale)
+        assert row.steady_images_per_sec > 0
+    assert set(epochs.precision) == {"tf32", "bf16", "fp16"} and epochs.train_loss.notna().all()
