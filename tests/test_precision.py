@@ -70,8 +70,8 @@ def test_precision_sweep_runs_end_to_end_and_its_rows_say_how(tmp_path: Path) ->
     results = tmp_path / "results"
     out = run_cli("run", "tests/sweeps/precision.yaml", "--results", str(results), timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    trials = pd.read_parquet(next((results / "precision").iterdir()) / "trials")
-    epochs = pd.read_parquet(next((results / "precision").iterdir()) / "epochs")
+    run_dir = next((results / "precision").iterdir())
+    trials, epochs = pd.read_parquet(run_dir / "trials"), pd.read_parquet(run_dir / "epochs")
     assert set(trials.status) == {"completed"} and len(trials) == 5
     got = {(r.framework, r.precision, bool(r.xla)): r for r in trials.itertuples()}
     assert set(got) == {("mxnet", "tf32", False), ("mxnet", "bf16", False), ("tensorflow", "bf16", False),
@@ -82,3 +82,19 @@ def test_precision_sweep_runs_end_to_end_and_its_rows_say_how(tmp_path: Path) ->
         assert (row.loss_scale > 0) if precision == "fp16" else pd.isna(row.loss_scale)
         assert row.steady_images_per_sec > 0
     assert set(epochs.precision) == {"tf32", "bf16", "fp16"} and epochs.train_loss.notna().all()
+
+    # Precision and XLA are part of a throughput cell: no two of these trials are pooled.
+    from sweep import report
+    built = report.build_report(report.load_run(run_dir))
+    assert built.figures["speed_group"].nunique() == 5
+    assert any("precision=bf16" in g for g in built.figures["speed_group"])
+
+    # A run stored before these columns existed still reads, at the defaults it ran with.
+    import pyarrow.parquet as pq
+
+    from sweep import store
+    for path in (run_dir / "trials").glob("*.parquet"):
+        old = pq.read_table(path)
+        pq.write_table(old.drop_columns(["precision", "xla", "layout", "tf32_allowed", "loss_scale"]), path)
+    older = store.read_runs(str(results), "precision", "trials")
+    assert list(older.precision) == ["tf32"] * 5 and not older.xla.any() and older.layout.isna().all()
