@@ -58,7 +58,8 @@ def test_mxnet_amp_graph_runs_its_convolutions_in_bfloat16() -> None:
 
 def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -> None:
     sweep = tmp_path / "fp16.yaml"
-    sweep.write_text((ROOT / "tests/sweeps/precision.yaml").read_text().replace("[tf32, bf16]", "fp16"))
+    sweep.write_text('description: "x"\nfixed: {framework: mxnet, model: resnet8_cifar, num_gpus: 1, batch_per_gpu: 4, '
+                     'epochs: 1, lr: 0.1, data: synthetic, precision: fp16}\n')
     out = run_cli("run", str(sweep), "--results", str(tmp_path / "results"), timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "asks for fp16, which MXNet cannot run on the CPU devices" in out.stderr
@@ -66,35 +67,38 @@ def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_precision_sweep_runs_end_to_end_and_its_rows_say_how(tmp_path: Path) -> None:
+def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Path) -> None:
+    """search_spaces/resnet50_precision.yaml at its smoke scale: bf16 in both frameworks, TensorFlow's fp32,
+    fp16 (with its loss scale) and fp16 + XLA, the default; real Ray, real Parquet, the report."""
     results = tmp_path / "results"
-    out = run_cli("run", "tests/sweeps/precision.yaml", "--results", str(results), timeout=900)
+    out = run_cli("resnet50_precision", "--results", str(results), timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    run_dir = next((results / "precision").iterdir())
+    run_dir = next((results / "resnet50_precision").iterdir())
     trials, epochs = pd.read_parquet(run_dir / "trials"), pd.read_parquet(run_dir / "epochs")
-    assert set(trials.status) == {"completed"} and len(trials) == 5
-    got = {(r.framework, r.precision, bool(r.xla)): r for r in trials.itertuples()}
-    assert set(got) == {("mxnet", "tf32", False), ("mxnet", "bf16", False), ("tensorflow", "bf16", False),
-                        ("tensorflow", "fp16", False), ("tensorflow", "tf32", True)}
-    for (framework, precision, _), row in got.items():
-        assert row.layout == ("NCHW" if framework == "mxnet" else "NHWC")
+    assert set(trials.status) == {"completed"} and len(trials) == 10
+    assert {(r.framework, r.precision, bool(r.xla)) for r in trials.itertuples()} == {
+        ("mxnet", "tf32", False), ("mxnet", "bf16", False), ("tensorflow", "tf32", False), ("tensorflow", "fp32", False),
+        ("tensorflow", "bf16", False), ("tensorflow", "fp16", False), ("tensorflow", "fp16", True)}
+    for row in trials.itertuples():
+        assert row.layout == ("NCHW" if row.framework == "mxnet" else "NHWC")
         assert not row.tf32_allowed  # CPU devices: no TF32
-        assert (row.loss_scale > 0) if precision == "fp16" else pd.isna(row.loss_scale)
+        assert (row.loss_scale > 0) if row.precision == "fp16" else pd.isna(row.loss_scale)
         assert row.steady_images_per_sec > 0
-    assert set(epochs.precision) == {"tf32", "bf16", "fp16"} and epochs.train_loss.notna().all()
+    assert epochs.train_loss.notna().all() and set(epochs.precision) == {"tf32", "fp32", "bf16", "fp16"}
 
-    # Precision and XLA are part of a throughput cell: no two of these trials are pooled.
+    # Precision and XLA are part of a throughput cell (never pooled), and the study's table shows them per GPUs.
     from sweep import report
     built = report.build_report(report.load_run(run_dir))
-    assert built.figures["speed_group"].nunique() == 5
-    assert any("precision=bf16" in g for g in built.figures["speed_group"])
+    assert built.figures["speed_group"].nunique() == 10
+    table = next(t for t in built.ratios if t.name == "precision")
+    assert {"tf32", "fp32", "bf16", "fp16", "fp16 + XLA", "bf16 / tf32"} <= set(table.frame.columns)
+    assert table.frame.index.names == ["", "GPUs"] and set(table.frame.index.get_level_values("GPUs")) == {1, 2}
 
     # A run stored before these columns existed still reads, at the defaults it ran with.
     import pyarrow.parquet as pq
 
     from sweep import store
     for path in (run_dir / "trials").glob("*.parquet"):
-        old = pq.read_table(path)
-        pq.write_table(old.drop_columns(["precision", "xla", "layout", "tf32_allowed", "loss_scale"]), path)
-    older = store.read_runs(str(results), "precision", "trials")
-    assert list(older.precision) == ["tf32"] * 5 and not older.xla.any() and older.layout.isna().all()
+        pq.write_table(pq.read_table(path).drop_columns(["precision", "xla", "layout", "tf32_allowed", "loss_scale"]), path)
+    older = store.read_runs(str(results), "resnet50_precision", "trials")
+    assert list(older.precision) == ["tf32"] * 10 and not older.xla.any() and older.layout.isna().all()

@@ -92,7 +92,7 @@ def test_smoke_keeps_every_axis_of_the_full_grid() -> None:
     for sweep in spec.list_sweeps():
         full, smoke = sweep.trials("full"), sweep.trials("smoke")
         for key in ("framework", "num_gpus", "batch_per_gpu", "lr", "model", "data", "nodes", "kvstore",
-                    "variable_update"):
+                    "variable_update", "precision", "xla"):
             if len(axis(full, key)) > 1:
                 assert len(axis(smoke, key)) > 1, (sweep.name, key)
 
