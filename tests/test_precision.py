@@ -89,7 +89,7 @@ def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Pa
     # Precision and XLA are part of a throughput cell (never pooled), and the study's table shows them per GPUs.
     from sweep import report
     built = report.build_report(report.load_run(run_dir))
-    assert built.figures["speed_group"].nunique() == 10
+    assert built.figures["speed_group"].nunique() == 9  # 10 trials: tensorflow tf32 at 1 and 2 GPUs share one
     table = next(t for t in built.ratios if t.name == "precision")
     assert {"tf32", "fp32", "bf16", "fp16", "fp16 + XLA", "bf16 / tf32"} <= set(table.frame.columns)
     assert table.frame.index.names == ["", "GPUs"] and set(table.frame.index.get_level_values("GPUs")) == {1, 2}
