@@ -102,3 +102,31 @@ def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Pa
         pq.write_table(pq.read_table(path).drop_columns(["precision", "xla", "layout", "tf32_allowed", "loss_scale"]), path)
     older = store.read_runs(str(results), "resnet50_precision", "trials")
     assert list(older.precision) == ["tf32"] * 10 and not older.xla.any() and older.layout.isna().all()
+
+
+def test_synthetic_batches_are_made_on_each_device_once() -> None:
+    # Each framework's synthetic batch lives on the trial's devices (two emulated ones here) and is reused:
+    # no host-to-device copy per step. A process of its own: TensorFlow's devices are fixed at its start.
+    script = textwrap.dedent("""
+        from trainables.config import TrialConfig
+        from trainables.loop import Devices, load_backend
+        for framework in ("tensorflow", "mxnet"):
+            cfg = TrialConfig(framework, "resnet8_cifar", num_gpus=2, batch_per_gpu=4, epochs=1, lr=0.1)
+            backend = load_backend(cfg, Devices.of(["0", "1"], emulated=True), 32)
+            x, y = backend.synthetic()
+            if framework == "tensorflow":
+                where = [t.device.split("/")[-1] for t in backend.strategy.experimental_local_results(x)]
+            else:
+                where = [str(a.context) for a in x]
+            print(framework, where, backend.synthetic() is backend.synthetic())
+            if framework == "tensorflow":  # a real batch too, slice by slice
+                import numpy as np
+                x, y = backend.put(np.zeros((8, 32, 32, 3), np.float32), np.zeros(8, np.int64))
+                print(framework, [t.device.split("/")[-1] for t in backend.strategy.experimental_local_results(x)])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()[-3:]
+    assert lines == ["tensorflow ['device:CPU:0', 'device:CPU:1'] True", "tensorflow ['device:CPU:0', 'device:CPU:1']",
+                     "mxnet ['cpu(0)', 'cpu(1)'] True"], lines

@@ -156,9 +156,17 @@ class Backend:
             return [(tf.constant(a), tf.constant(b)) for a, b in zip(np.array_split(x, self.nodes), np.array_split(y, self.nodes))]
         n = self.strategy.num_replicas_in_sync // self.nodes  # this worker's replicas
         parts = list(zip(np.array_split(x, n), np.array_split(y, n)))
-        # value_fn runs under each replica's device scope, so each slice lands on its own device.
         return self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: tuple(tf.constant(a) for a in parts[ctx.replica_id_in_sync_group % n]))
+            lambda ctx: self._on_replica(ctx, lambda i: tuple(tf.constant(a) for a in parts[i])))
+
+    def _on_replica(self, ctx: tf.distribute.experimental.ValueContext, make: Any) -> Any:
+        """make(i) on this worker's i-th device. value_fn runs under no device scope of its own: without
+        this every replica's values land on the first device (measured: both on CPU:0 of two), and each
+        step copies them to the others."""
+        devices = self.strategy.extended.worker_devices
+        i = ctx.replica_id_in_sync_group % len(devices)
+        with tf.device(devices[i]):
+            return make(i)
 
     def synthetic(self) -> Any:
         if not hasattr(self, "_synthetic"):
@@ -170,7 +178,8 @@ class Backend:
                 self._synthetic = [iter(self.coordinator.create_per_worker_dataset(dataset))] * self.nodes
             else:
                 self._synthetic = self.strategy.experimental_distribute_values_from_function(
-                    lambda ctx: (tf.random.uniform((b, s, s, 3)), tf.random.uniform((b,), 0, 10, dtype=tf.int32)))
+                    lambda ctx: self._on_replica(ctx, lambda _: (tf.random.uniform((b, s, s, 3)),
+                                                                 tf.random.uniform((b,), 0, 10, dtype=tf.int32))))
         return self._synthetic
 
     def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
