@@ -56,6 +56,7 @@ def build() -> Build:
 
 class Backend:
     layout = "NCHW"
+    put_ahead = False  # MXNet's Python front end is not thread-safe: put() stays on the training thread
     framework_version = f"mxnet {mx.__version__}"
     cudnn_version = None  # MXNet reports whether it has cuDNN, not which
 

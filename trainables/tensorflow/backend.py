@@ -35,6 +35,7 @@ def build() -> Build:
 
 class Backend:
     layout = "NHWC"
+    put_ahead = True  # TensorFlow's eager ops may run on any thread: batches go to the devices on the prefetch thread
     framework_version = f"tensorflow {tf.__version__}"
     cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
 
