@@ -116,6 +116,7 @@ def prepare(args: argparse.Namespace) -> Launch:
     nodes, gpus_per_node = 1, real_gpus
     if emulated:
         _check_emulation(max(t.nodes for t in all_trials), max(t.gpus_per_node for t in all_trials))
+        _check_emulated_precision(all_trials)
         nodes, gpus_per_node = emulated_shape(all_trials, args.emulate_gpus)
         why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
         where = f"{nodes} Ray nodes on this machine with {gpus_per_node} GPUs each" if nodes > 1 else f"{gpus_per_node} GPUs in Ray"
@@ -136,6 +137,15 @@ def _check_emulation(nodes: int, gpus_per_node: int) -> None:
     if gpus_per_node > limits.MAX_EMULATED_GPUS:
         raise UsageError(f"trials need {gpus_per_node} GPUs on a node; the embedded Ray emulates at most "
                          f"{limits.MAX_EMULATED_GPUS} per node: run them on a cluster (--address)")
+
+
+def _check_emulated_precision(trials: list) -> None:
+    """Emulated devices are CPUs: MXNet 1.9.1 has no fp16 matrix multiply there (its first fp16 step fails
+    with "FP16 gemm on cpu not implemented"), so its fp16 trials need GPUs. TensorFlow runs fp16 on a CPU."""
+    for t in trials:
+        if t.framework == "mxnet" and t.precision == "fp16":
+            raise UsageError(f"MXNet trial {t.trial_id} asks for fp16, which MXNet cannot run on the CPU devices that "
+                             "emulate GPUs here (no fp16 matrix multiply on CPUs): run it on GPUs, or use bf16 on a CPU")
 
 
 def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) -> RunState:

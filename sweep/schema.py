@@ -48,7 +48,7 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
     "weight_decay": pa.float64(), "data": pa.string(), "image_size": pa.int64(),
     "steps_per_epoch": pa.int64(), "val_examples": pa.int64(), "warmup_steps": pa.int64(), "seed": pa.int64(),
     "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
-    "variable_update": pa.string(), "cpus_per_gpu": pa.int64(),
+    "variable_update": pa.string(), "precision": pa.string(), "xla": pa.bool_(), "cpus_per_gpu": pa.int64(),
 }
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
 ENV_COLUMNS: dict[str, pa.DataType] = {
@@ -59,6 +59,12 @@ ENV_COLUMNS: dict[str, pa.DataType] = {
     "os": pa.string(), "ray_version": pa.string(), "engine_version": pa.string(), "git_commit": pa.string(),
     # Where the trial's framework ran: the interpreter, and the sweep's environment for it (sweep/environments.py).
     "python_executable": pa.string(), "environment": pa.string(),
+}
+# How the trial's arithmetic ran, as its framework reports it (absent, so null, in rows of older runs):
+# the layout its images and convolutions used, whether TF32 tensor cores were allowed (None where the
+# framework cannot say), and the last dynamic loss scale (None without loss scaling).
+PRECISION_COLUMNS: dict[str, pa.DataType] = {
+    "layout": pa.string(), "tf32_allowed": pa.bool_(), "loss_scale": pa.float64(),
 }
 EPOCH_SCHEMA = pa.schema({
     "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "epoch": pa.int64(),
@@ -72,6 +78,7 @@ EPOCH_SCHEMA = pa.schema({
     "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
     "param_count": pa.int64(), "threads": pa.int64(), "ray_gpu_ids": pa.string(), "ray_node_id": pa.string(), "pid": pa.int64(),
     "attempt": pa.int64(), "reported_at": pa.float64(),
+    **PRECISION_COLUMNS,
     **ENV_COLUMNS,
 })
 TRIAL_SCHEMA = pa.schema({
@@ -84,5 +91,6 @@ TRIAL_SCHEMA = pa.schema({
     "best_val_acc": pa.float64(), "final_val_acc": pa.float64(), "final_train_acc": pa.float64(),
     "steady_images_per_sec": pa.float64(), "mean_epoch_time_s": pa.float64(),
     "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
+    **PRECISION_COLUMNS,
     **ENV_COLUMNS,
 })

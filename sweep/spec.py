@@ -32,7 +32,8 @@ from sweep import environments, limits
 from sweep.environments import Environment
 from sweep.errors import SpecError
 from sweep.limits import quote, shown
-from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, VARIABLE_UPDATES, TrialConfig, field_names
+from trainables.config import (DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, VARIABLE_UPDATES, TrialConfig,
+                               field_names)
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 SCALES = ("smoke", "full")
@@ -147,6 +148,10 @@ def _choice(options: tuple[str, ...]) -> Callable[[Any], str | None]:
     return check
 
 
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "true or false"
+
+
 def _model(v: Any) -> str | None:
     return None if isinstance(v, str) and zoo.is_model(v) else "a model: " + zoo.model_names_help()
 
@@ -183,6 +188,8 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "nodes": _setting_int("nodes", 1),
     "gpus_per_node": _setting_int("gpus_per_node", 1),
     "variable_update": _choice(VARIABLE_UPDATES),
+    "precision": _choice(PRECISIONS),
+    "xla": _bool,
 }
 # Set by the engine, never by a sweep file.
 DERIVED = {"lr_rule", "cpus_per_gpu"}
@@ -479,6 +486,9 @@ def _resolve(where: str, scale: str, values: dict[str, Any]) -> TrialConfig:
     if values.get("warmup_epochs", 0) >= values["epochs"] and values.get("warmup_epochs", 0) > 0:
         raise SpecError(f"{where}: warmup_epochs: expected fewer than epochs ({values['epochs']}), got {values['warmup_epochs']}")
     _check_distribution(where, values)
+    if values["framework"] == "mxnet" and values.get("xla", False):
+        raise SpecError(f"{where}: xla: TensorFlow's compiler; MXNet has none (its graphs are fused by hybridize, "
+                        f"which every MXNet trial does): set xla false for MXNet trials")
     return TrialConfig.from_dict(values)
 
 

@@ -37,8 +37,8 @@ from sweep.environments import Environment
 from sweep.errors import StoreError
 from sweep.limits import name_problem, quote
 from sweep.location import Location, RemotePath, at
-from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, TRIAL_SCHEMA, Status
-from trainables.config import TrialConfig
+from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, PRECISION_COLUMNS, TRIAL_SCHEMA, Status
+from trainables.config import ADDED_LATER, TrialConfig
 from trainables.probe import FrameworkCheck
 
 
@@ -181,10 +181,22 @@ def new_run_id() -> str:
 def _read_table(path: Location, schema: pa.Schema) -> pa.Table:
     try:
         if isinstance(path, RemotePath):
-            return pq.read_table(path.path, schema=schema, filesystem=path.fs)
-        return pq.read_table(path, schema=schema)
+            table = pq.read_table(path.path, schema=schema, filesystem=path.fs)
+        else:
+            table = pq.read_table(path, schema=schema)
     except (pa.ArrowException, OSError) as e:
         raise StoreError(f"{path}: not a readable Parquet file of this store ({str(e).splitlines()[0]})") from None
+    return _with_older_defaults(table)
+
+
+def _with_older_defaults(table: pa.Table) -> pa.Table:
+    """Rows of runs stored before a setting existed ran at its default: say so, so that they group with
+    today's rows of that default (a null precision would stand apart from "tf32" in every report)."""
+    for name, value in ADDED_LATER.items():
+        column = table.column(name)
+        if column.null_count:
+            table = table.set_column(table.schema.get_field_index(name), name, pa.compute.fill_null(column, value))
+    return table
 
 
 def _files(folder: Location) -> list[Location]:
@@ -343,7 +355,7 @@ def summarize(trial_id: str, config: TrialConfig, epochs: list[dict[str, Any]], 
     if not epochs:
         return row
     last = epochs[-1]
-    row.update({k: last.get(k) for k in ENV_COLUMNS if last.get(k) is not None})
+    row.update({k: last.get(k) for k in (*ENV_COLUMNS, *PRECISION_COLUMNS) if last.get(k) is not None})
     row["data_kind"] = last.get("data_kind")
     accs = [e["val_acc"] for e in epochs if e.get("val_acc") is not None]
     timed = [(e["steady_images_per_sec"], e["steady_steps"]) for e in epochs if e.get("steady_images_per_sec")]

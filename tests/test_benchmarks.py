@@ -56,9 +56,46 @@ def test_packing_benchmark_trials_are_engine_trials() -> None:
 
 
 @pytest.mark.parametrize("script", ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makespan.py",
-                                    "estimates.py", "soak.py"])
+                                    "estimates.py", "soak.py", "gpu_yardsticks.py"])
 def test_script_help(script: str) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "usage" in proc.stdout
+
+
+def test_gpu_yardsticks_reads_tf_cnn_benchmarks_closing_figure() -> None:
+    import gpu_yardsticks
+
+    log = (ROOT / "tests/logs/tf_cnn_benchmarks_cpu.log").read_text()  # a real run's output
+    assert gpu_yardsticks.parse_total_images_per_sec(log) == 250.34  # not a per-step "images/sec" line
+    assert gpu_yardsticks.parse_total_images_per_sec("Running warm up\nnan loss") is None
+    cells = gpu_yardsticks.grid([64, 256], list(gpu_yardsticks.CELLS))
+    assert [c.label for c in cells][:2] == ["b64 fp32", "b64 fp16"] and len(cells) == 8
+    assert gpu_yardsticks.theirs_command(cells[3], 20, 100)[-2:] == ["--use_fp16", "--xla"]
+
+
+def test_gpu_yardsticks_refuses_without_a_gpu_in_one_line(tmp_path: Path) -> None:
+    from trainables.environment import real_gpu_count
+
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_yardsticks.py"), "--tf-benchmarks",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    if real_gpu_count() == 0:
+        assert "no GPU here" in proc.stderr
+
+
+@pytest.mark.slow
+def test_gpu_yardsticks_engine_side_on_emulated_devices(tmp_path: Path) -> None:
+    """Our half of the grid through `python -m sweep` (real Ray, real Parquet), shrunk to run on a CPU."""
+    import gpu_yardsticks
+
+    cells = gpu_yardsticks.grid([4], ["fp32", "XLA"])
+    ours, command = gpu_yardsticks.run_ours(cells, 1, 2, tmp_path, extra=["--emulate-gpus", "1"],
+                                            model="resnet8_cifar", image_size=32)
+    assert set(ours) == {"b4 fp32", "b4 XLA"} and all(v and v > 0 for v in ours.values()), ours
+    assert "-m sweep" in command
+    theirs = {"b4 fp32": 250.34, "b4 XLA": None}
+    text = gpu_yardsticks.table(cells, theirs, ours)
+    ratio = text.splitlines()[-1]
+    assert f"{ours['b4 fp32'] / 250.34:.2f}x" in ratio and ratio.endswith("| - |")

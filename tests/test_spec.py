@@ -92,7 +92,7 @@ def test_smoke_keeps_every_axis_of_the_full_grid() -> None:
     for sweep in spec.list_sweeps():
         full, smoke = sweep.trials("full"), sweep.trials("smoke")
         for key in ("framework", "num_gpus", "batch_per_gpu", "lr", "model", "data", "nodes", "kvstore",
-                    "variable_update"):
+                    "variable_update", "precision", "xla"):
             if len(axis(full, key)) > 1:
                 assert len(axis(smoke, key)) > 1, (sweep.name, key)
 
@@ -105,6 +105,25 @@ def test_trial_ids_are_stable_hashes_of_the_config() -> None:
     # so that runs stored by earlier versions keep their ids).
     assert TrialConfig("mxnet", "resnet8_cifar", num_gpus=2, batch_per_gpu=8, epochs=1, lr=0.1).trial_id == "f5539eee0c"
     assert TrialConfig.from_dict({**a[0].to_dict(), "seed": 99}).trial_id != a[0].trial_id
+
+
+def test_settings_added_later_keep_older_trial_ids_at_their_defaults() -> None:
+    # The id above was stored before precision and xla existed: at their defaults it stays.
+    old = TrialConfig("mxnet", "resnet8_cifar", num_gpus=2, batch_per_gpu=8, epochs=1, lr=0.1)
+    assert TrialConfig.from_dict(old.to_dict()).trial_id == "f5539eee0c"
+    assert old.precision == "tf32" and old.xla is False
+    ids = {TrialConfig.from_dict({**old.to_dict(), **change}).trial_id
+           for change in [{"precision": "fp32"}, {"precision": "bf16"}, {"precision": "fp16"}, {"xla": True}]}
+    assert len(ids) == 4 and "f5539eee0c" not in ids
+
+
+def test_precision_and_xla_axes_expand(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(GOOD.replace("[mxnet]", "[tensorflow]").replace(
+        "batch_per_gpu: [8]}", "batch_per_gpu: [8], precision: [fp32, tf32, fp16, bf16], xla: [false, true]}"))
+    trials = spec.load(str(path)).trials("full")
+    assert len(trials) == 8 and len({t.trial_id for t in trials}) == 8
+    assert axis(trials, "precision") == {"fp32", "tf32", "fp16", "bf16"} and axis(trials, "xla") == {False, True}
 
 
 GOOD = """\
@@ -151,6 +170,11 @@ BAD_SPECS = [
      "kvstore: dist_async is MXNet's"),
     ("unknown variable_update", GOOD.replace("[mxnet]", "[tensorflow]").replace("lr: 0.1", "lr: 0.1, variable_update: ring"),
      "fixed.variable_update: expected one of replicated, parameter_server"),
+    ("unknown precision", GOOD.replace("lr: 0.1", "lr: 0.1, precision: fp8"),
+     "fixed.precision: expected one of fp32, tf32, fp16, bf16, got 'fp8'"),
+    ("xla not a bool", GOOD.replace("[mxnet]", "[tensorflow]").replace("lr: 0.1", "lr: 0.1, xla: 'yes'"),
+     "fixed.xla: expected true or false"),
+    ("mxnet with xla", GOOD.replace("lr: 0.1", "lr: 0.1, xla: true"), "xla: TensorFlow's compiler; MXNet has none"),
 ]
 
 

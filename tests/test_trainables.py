@@ -114,6 +114,9 @@ class SlowStartBackend:
     def device_peak_mib(self) -> None:
         return None
 
+    def precision_columns(self) -> dict[str, Any]:
+        return {"layout": self.layout, "tf32_allowed": False, "loss_scale": None}
+
     def save(self, path: str) -> None:
         pass
 

@@ -17,6 +17,14 @@ FRAMEWORKS = ("mxnet", "tensorflow")
 DATA_KINDS = ("cifar10", "synthetic")
 KVSTORES = ("device", "local", "dist_sync", "dist_async")  # MXNet; dist_* span processes and nodes
 VARIABLE_UPDATES = ("replicated", "parameter_server")  # TensorFlow, as tf_cnn_benchmarks names them
+# The arithmetic of a trial. "tf32" is each framework's default: fp32 variables and math, with TF32 tensor
+# cores allowed on GPUs that have them (Ampere and later; on a CPU or an older GPU it is plain fp32).
+# "fp32" turns TF32 off. "fp16" and "bf16" are mixed precision: fp32 variables, 16-bit compute; fp16
+# with dynamic loss scaling.
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# Fields added after runs were stored, with the value those runs had: left out of the trial id while
+# they hold it, so that the id of every older trial stays what it was (resumes still match).
+ADDED_LATER = {"precision": "tf32", "xla": False}
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,8 @@ class TrialConfig:
     nodes: int = 1  # a trial with nodes > 1 runs one worker per node (sweep/workers.py)
     gpus_per_node: int | None = None  # None: num_gpus / nodes, filled in on construction
     variable_update: str = "replicated"  # TensorFlow only: all-reduce, or parameter servers on CPU
+    precision: str = "tf32"  # PRECISIONS: the framework's default (TF32 allowed on GPUs that have it)
+    xla: bool = False  # TensorFlow only: the train step compiled with XLA (jit_compile)
     # The node's cores per GPU, filled in by the engine for trials on real GPUs (sweep/plan.py:
     # with_host_cpus). A fact of the cluster, not of the trial: not part of its identity.
     cpus_per_gpu: int | None = None
@@ -93,13 +103,17 @@ class TrialConfig:
     @cached_property
     def trial_id(self) -> str:
         """A stable id: the same trial config has the same id in every run and on every machine."""
-        identity = self.to_dict()
-        del identity["cpus_per_gpu"]
-        # Every run before the engine's default existed recorded the default as 1: the same trial, the same id.
-        identity["cpus_per_trial"] = self.cpus_per_trial or 1
-        blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        values = {k: v for k, v in self.to_dict().items() if not (k in ADDED_LATER and v == ADDED_LATER[k])}
+        del values["cpus_per_gpu"]  # a fact of the cluster, not of the trial
+        # Runs from before the engine's default recorded it as 1: the same trial, the same id.
+        values["cpus_per_trial"] = self.cpus_per_trial or 1
+        blob = json.dumps(values, sort_keys=True, separators=(",", ":"))
         return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
+    @property
+    def loss_scaling(self) -> bool:
+        """fp16's gradients underflow without it; bf16 has fp32's range and needs none."""
+        return self.precision == "fp16"
 
     def label(self, axes: tuple[str, ...] = ()) -> str:
         """The trial in one short phrase: framework, model, GPUs, batch and lr, then the other `axes`

@@ -50,6 +50,7 @@ class Backend(Protocol):
     framework_version: str
     cudnn_version: str | None  # the cuDNN the framework was built with, where it says
     layout: str  # "NCHW" or "NHWC": the layout put() expects
+    put_ahead: bool  # put() may run on the prefetch thread, ahead of the step (the framework is thread-safe there)
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None: ...
     def param_count(self) -> int: ...
@@ -58,6 +59,7 @@ class Backend(Protocol):
     def train_step(self, batch: Any, lr: float) -> tuple[float, int]: ...  # (loss sum, correct), synchronised
     def eval_step(self, batch: Any) -> int: ...  # correct predictions, synchronised
     def device_peak_mib(self) -> list[float] | None: ...  # one per device; None when emulated
+    def precision_columns(self) -> dict[str, Any]: ...  # layout, tf32_allowed, loss_scale (sweep/schema.py)
     def save(self, path: str) -> None: ...
     def load(self, path: str) -> None: ...
 
@@ -139,6 +141,16 @@ class TrialLoop:
             "cudnn_version": self.backend.cudnn_version if devices.kind == "gpu" else None,
         }
 
+    def _real_batches(self, epoch: int) -> Any:
+        """The epoch's batches on the devices. Read and shuffled on a background thread; copied to the
+        devices there too where the backend allows it (put_ahead), so the step does not wait for the copy."""
+        cfg, backend, cifar = self.cfg, self.backend, self.cifar
+        host = data.train_batches(cifar.train_x, cifar.train_y, cfg.global_batch, self.steps, cfg.seed, epoch,
+                                  backend.layout, self.shard.rank, self.shard.count)
+        if getattr(backend, "put_ahead", False):
+            return data.prefetch(backend.put(x, y) for x, y in host)
+        return (backend.put(x, y) for x, y in data.prefetch(host))
+
     def run_epoch(self, epoch: int) -> dict[str, Any]:
         """Train one epoch (and validate it on the first worker); the epoch's row."""
         cfg, backend, cifar, timer = self.cfg, self.backend, self.cifar, self.timer
@@ -146,13 +158,9 @@ class TrialLoop:
         loss_sum, correct, seen = 0.0, 0, 0
         timer.start_epoch()
         t0 = time.perf_counter()
-        batches = (iter(lambda: backend.synthetic(), None) if self.synthetic else
-                   data.prefetch(data.train_batches(cifar.train_x, cifar.train_y, cfg.global_batch, self.steps,
-                                                    cfg.seed, epoch, backend.layout, self.shard.rank, self.shard.count)))
+        batches = iter(lambda: backend.synthetic(), None) if self.synthetic else self._real_batches(epoch)
         timer.start()
         for step, batch in zip(range(self.steps), batches):
-            if not self.synthetic:
-                batch = backend.put(*batch)
             step_loss, step_correct = backend.train_step(batch, lr)
             timer.stop()
             timer.start()
@@ -186,6 +194,7 @@ class TrialLoop:
             "val_acc": val_acc,
             "peak_device_mem_mib": backend.device_peak_mib(),
             "peak_host_rss_mib": host_peak_rss_mib(),
+            **backend.precision_columns(),
             "diverged": diverged,
         }
 

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from sweep.report import plots
 from sweep.report.figures import provenance, scaling, status_label, trial_figures
 from sweep.report.load import Run
-from sweep.report.tables import (Table, lr_scaling_table, per_run_tables, ratio_tables, throughput_table,
+from sweep.report.tables import (Table, lr_scaling_table, per_run_tables, precision_tables, ratio_tables, throughput_table,
                                  time_to_accuracy, time_to_accuracy_table)
 
 
@@ -47,7 +47,8 @@ def build_report(run: Run, target_acc: float | None = None) -> Report:
         "val_acc_vs_lr": plots.plot_val_acc_vs_lr(figures, run.emulated),
         "learning_curves": plots.plot_learning_curves(figures, run.epochs, run.emulated),
     }
-    return Report(run, figures, long, throughput_table(long, source), ratio_tables(long, source),
+    # The ratio tables, and precision beside the GPU count where the run varies precision or XLA.
+    return Report(run, figures, long, throughput_table(long, source), ratio_tables(long, source) + precision_tables(long, source),
                   per_run_tables(figures, run.label), lr_scaling_table(figures, source), tta, target, drawn)
 
 

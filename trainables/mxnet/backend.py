@@ -8,12 +8,42 @@ import numpy as np
 
 import mxnet as mx  # noqa: E402  (trainables.mxnet aliases np.bool first)
 from mxnet import autograd, gluon
+from mxnet.contrib import amp
 
 from trainables.config import TrialConfig
 from trainables.mxnet import models
 from trainables.loop import Devices
 from trainables.measure import NvmlPeakMemory
 from trainables.probe import Build, cuda_in_name
+
+
+AMP_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}  # mixed precision through mxnet.contrib.amp
+_amp_dtype: list[str | None] = []  # the dtype amp.init was given in this process, if it was called
+
+
+def _init_amp(precision: str) -> None:
+    """amp.init rewrites MXNet's operators for the whole process, once, before any network is built: a
+    process trains in one precision (each trial has a process of its own: sweep/runner.py reuse_actors=False)."""
+    dtype = AMP_DTYPES.get(precision)
+    if _amp_dtype and _amp_dtype[0] != dtype:
+        raise ValueError(f"MXNet's amp holds one precision per process: this one trains {_amp_dtype[0] or 'fp32'}, "
+                         f"not {precision}")
+    if not _amp_dtype:
+        _amp_dtype.append(dtype)
+        if dtype:
+            amp.init(target_dtype=dtype)
+
+
+def _set_tf32(allowed: bool) -> None:
+    """TF32 on Ampere and later GPUs: cuBLAS and cuDNN use it by default; NVIDIA's NVIDIA_TF32_OVERRIDE=0 turns
+    it off in both, and MXNET_CUDA_ALLOW_TENSOR_CORE=0 keeps MXNet off tensor cores. Read when the CUDA
+    libraries make their handles, at the first GPU operation: set before it."""
+    if allowed:
+        os.environ.pop("NVIDIA_TF32_OVERRIDE", None)
+        os.environ.pop("MXNET_CUDA_ALLOW_TENSOR_CORE", None)
+    else:
+        os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
+        os.environ["MXNET_CUDA_ALLOW_TENSOR_CORE"] = "0"
 
 
 def build() -> Build:
@@ -26,6 +56,7 @@ def build() -> Build:
 
 class Backend:
     layout = "NCHW"
+    put_ahead = False  # MXNet's Python front end is not thread-safe: put() stays on the training thread
     framework_version = f"mxnet {mx.__version__}"
     cudnn_version = None  # MXNet reports whether it has cuDNN, not which
 
@@ -33,6 +64,9 @@ class Backend:
         mx.random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         on_gpu = devices.kind == "gpu"
+        _set_tf32(cfg.precision != "fp32")
+        _init_amp(cfg.precision)
+        self.precision, self.on_gpu = cfg.precision, on_gpu
         self.ctx = [mx.gpu(i) if on_gpu else mx.cpu(i) for i in range(devices.count)]
         self.image_size = image_size
         self.batch_per_gpu = cfg.batch_per_gpu
@@ -49,6 +83,9 @@ class Backend:
                                      {"learning_rate": cfg.lr, "momentum": cfg.momentum, "wd": cfg.weight_decay},
                                      kvstore=cfg.kvstore,
                                      update_on_kvstore={"dist_sync": False, "dist_async": True}.get(cfg.kvstore))
+        self.loss_scaling = cfg.loss_scaling
+        if self.loss_scaling:  # fp16: dynamic loss scaling, amp's (from 2^16, halved on overflow, doubled after 2,000 steps)
+            amp.init_trainer(self.trainer)
         # Gradients are averaged over what one update sums: every worker's batch, or (async) this worker's.
         self.update_batch = cfg.batch_per_gpu * devices.count if self.on_servers else cfg.global_batch
         self.loss = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -112,7 +149,12 @@ class Backend:
         with autograd.record():
             outs = [self.net(x) for x in xs]
             losses = [self.loss(o, y) for o, y in zip(outs, ys)]
-        autograd.backward(losses)
+            if self.loss_scaling:
+                with amp.scale_loss(losses, self.trainer) as scaled:
+                    losses_to_backward = scaled
+            else:
+                losses_to_backward = losses
+        autograd.backward(losses_to_backward)
         if self.distributed and not self.trainer._kv_initialized:
             self._start_dist_kvstore()
         self.trainer.step(self.update_batch)
@@ -124,6 +166,11 @@ class Backend:
     def eval_step(self, batch: Any) -> int:
         xs, ys = batch
         return int(sum((self.net(x).argmax(axis=1) == y).sum().asscalar() for x, y in zip(xs, ys)))
+
+    def precision_columns(self) -> dict[str, Any]:
+        """How the trial's arithmetic ran: the layout, whether TF32 was allowed on a GPU, amp's loss scale now."""
+        return {"layout": self.layout, "tf32_allowed": self.on_gpu and self.precision != "fp32",
+                "loss_scale": float(self.trainer._amp_loss_scaler.loss_scale) if self.loss_scaling else None}
 
     def device_peak_mib(self) -> list[float] | None:
         return self.memory.peak_mib() if self.memory else None

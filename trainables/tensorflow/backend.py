@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -18,6 +19,9 @@ from trainables.probe import Build
 from trainables.tensorflow import models
 
 SUM = tf.distribute.ReduceOp.SUM
+# Keras' mixed-precision policies: fp32 variables, 16-bit compute. fp32 and tf32 compute in float32
+# (tf32: TensorFlow's default, TF32 tensor cores allowed on Ampere and later GPUs; fp32: not allowed).
+POLICIES = {"fp32": "float32", "tf32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 
 
 def build() -> Build:
@@ -31,6 +35,7 @@ def build() -> Build:
 
 class Backend:
     layout = "NHWC"
+    put_ahead = True  # TensorFlow's eager ops may run on any thread: batches go to the devices on the prefetch thread
     framework_version = f"tensorflow {tf.__version__}"
     cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
 
@@ -44,6 +49,10 @@ class Backend:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
         tf.keras.utils.set_random_seed(cfg.seed)
+        # Process-wide switches, set by every trial (a process may have run another trial before).
+        tf.config.experimental.enable_tensor_float_32_execution(cfg.precision != "fp32")
+        keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
+        self.precision = cfg.precision
         self.devices = devices
         self.image_size = image_size
         self.batch_per_gpu = cfg.batch_per_gpu
@@ -51,7 +60,10 @@ class Backend:
         self.strategy = self._strategy(cfg, devices)
         with self.strategy.scope():
             self.model = models.build(cfg.model, image_size)
-            self.opt = tf.keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
+            self.sgd = keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
+            # fp16: dynamic loss scaling (Keras' default: from 2^15, halved on a non-finite gradient, which
+            # skips that update, doubled after 2,000 finite steps).
+            self.opt = keras.optimizers.LossScaleOptimizer(self.sgd) if cfg.loss_scaling else self.sgd
             self.opt.build(self.model.trainable_variables)  # else the first strategy.run fails
         self._lr = cfg.lr
         # Each update's gradients are the mean over the batch it sums: all replicas of all workers
@@ -60,6 +72,20 @@ class Backend:
         # L2 as MXNet's wd (added to the gradient once, after aggregation): each replica adds its share.
         wd_share = cfg.weight_decay / self.strategy.num_replicas_in_sync
         model, opt, strategy = self.model, self.opt, self.strategy
+        scaled = cfg.loss_scaling
+
+        def gradients(x, y):
+            """Forward and backward of one replica: what XLA compiles when `xla` is on. The gradient
+            all-reduce and the update stay outside it, in the strategy's cross-replica code."""
+            with tf.GradientTape() as tape:
+                logits = tf.cast(model(x, training=True), tf.float32)  # the loss in fp32 under every policy
+                per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+                loss = tf.reduce_sum(per_example) / update_batch
+                if scaled:
+                    loss = opt.scale_loss(loss)
+            return tape.gradient(loss, model.trainable_variables), tf.reduce_sum(per_example), self._correct(logits, y)
+
+        gradients = tf.function(gradients, jit_compile=True) if cfg.xla else gradients
 
         def replica_train(x, y):
             if self.parameter_server:  # one worker's batch reaches each of its replicas: take this one's slice
@@ -67,15 +93,12 @@ class Backend:
                 share = tf.shape(x)[0] // context.num_replicas_in_sync
                 start = context.replica_id_in_sync_group * share
                 x, y = x[start:start + share], y[start:start + share]
-            x = self._resize(x)
-            with tf.GradientTape() as tape:
-                logits = model(x, training=True)
-                per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-                loss = tf.reduce_sum(per_example) / update_batch
+            grads, loss_sum, correct = gradients(self._resize(x), y)
             variables = model.trainable_variables
-            grads = tape.gradient(loss, variables)
-            opt.apply_gradients([(g + wd_share * v, v) for g, v in zip(grads, variables)])
-            return tf.reduce_sum(per_example), self._correct(logits, y)
+            # The loss-scale optimizer divides the gradients by the scale: the decay term is scaled with them.
+            decay = wd_share * (tf.cast(opt.dynamic_scale, tf.float32) if scaled else 1.0)
+            opt.apply_gradients([(g + decay * v, v) for g, v in zip(grads, variables)])
+            return loss_sum, correct
 
         def replica_eval(x, y):
             return self._correct(model(self._resize(x), training=False), y)
@@ -108,6 +131,14 @@ class Backend:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
         return tf.distribute.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(n)])
 
+    def precision_columns(self) -> dict[str, Any]:
+        """How the trial's arithmetic ran: the layout, whether TF32 was allowed on a GPU, the loss scale now."""
+        return {
+            "layout": self.layout,
+            "tf32_allowed": self.devices.kind == "gpu" and tf.config.experimental.tensor_float_32_execution_enabled(),
+            "loss_scale": float(self.opt.dynamic_scale.numpy()) if self.precision == "fp16" else None,
+        }
+
     def _resize(self, x: tf.Tensor) -> tf.Tensor:
         if x.shape[1] == self.image_size:
             return x
@@ -126,9 +157,17 @@ class Backend:
             return [(tf.constant(a), tf.constant(b)) for a, b in zip(np.array_split(x, self.nodes), np.array_split(y, self.nodes))]
         n = self.strategy.num_replicas_in_sync // self.nodes  # this worker's replicas
         parts = list(zip(np.array_split(x, n), np.array_split(y, n)))
-        # value_fn runs under each replica's device scope, so each slice lands on its own device.
         return self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: tuple(tf.constant(a) for a in parts[ctx.replica_id_in_sync_group % n]))
+            lambda ctx: self._on_replica(ctx, lambda i: tuple(tf.constant(a) for a in parts[i])))
+
+    def _on_replica(self, ctx: tf.distribute.experimental.ValueContext, make: Any) -> Any:
+        """make(i) on this worker's i-th device. value_fn runs under no device scope of its own: without
+        this every replica's values land on the first device (measured: both on CPU:0 of two), and each
+        step copies them to the others."""
+        devices = self.strategy.extended.worker_devices
+        i = ctx.replica_id_in_sync_group % len(devices)
+        with tf.device(devices[i]):
+            return make(i)
 
     def synthetic(self) -> Any:
         if not hasattr(self, "_synthetic"):
@@ -140,12 +179,13 @@ class Backend:
                 self._synthetic = [iter(self.coordinator.create_per_worker_dataset(dataset))] * self.nodes
             else:
                 self._synthetic = self.strategy.experimental_distribute_values_from_function(
-                    lambda ctx: (tf.random.uniform((b, s, s, 3)), tf.random.uniform((b,), 0, 10, dtype=tf.int32)))
+                    lambda ctx: self._on_replica(ctx, lambda _: (tf.random.uniform((b, s, s, 3)),
+                                                                 tf.random.uniform((b,), 0, 10, dtype=tf.int32))))
         return self._synthetic
 
     def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
         if lr != self._lr:
-            self.opt.learning_rate.assign(lr)
+            self.sgd.learning_rate.assign(lr)
             self._lr = lr
         if self.parameter_server:
             step = self._worker_step_synthetic if batch is getattr(self, "_synthetic", None) else self._worker_step

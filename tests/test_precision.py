@@ -1,0 +1,132 @@
+"""Precision and XLA: what the convolutions compute in, the rows a real run writes, and the refusals."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT, run_cli
+
+from trainables.config import TrialConfig
+from trainables.loop import Devices
+
+
+def test_tensorflow_convolutions_compute_in_the_policy_dtype() -> None:
+    import keras
+    import tensorflow as tf
+
+    from trainables.tensorflow.backend import Backend
+
+    try:
+        for precision, dtype in [("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32")]:
+            cfg = TrialConfig("tensorflow", "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.1,
+                              precision=precision)
+            backend = Backend(cfg, Devices.of(["0"], emulated=True), 32)
+            convs = [layer for layer in backend.model.layers if isinstance(layer, keras.layers.Conv2D)]
+            assert convs and {c.compute_dtype for c in convs} == {dtype}
+            assert {c.kernel.dtype for c in convs} == {"float32"}  # mixed: the variables stay fp32
+            # The tensor a convolution hands on is of that dtype, not only the layer's setting.
+            assert convs[0](tf.random.uniform((4, 32, 32, 3))).dtype.name == dtype
+    finally:
+        keras.mixed_precision.set_global_policy("float32")  # process-wide: other tests build fp32 models
+
+
+def test_mxnet_amp_graph_runs_its_convolutions_in_bfloat16() -> None:
+    # amp.init rewrites MXNet's operators for the whole process: checked in a process of its own.
+    script = textwrap.dedent("""
+        import numpy as np
+        from trainables.config import TrialConfig
+        from trainables.loop import Devices
+        from trainables.mxnet.backend import Backend
+        cfg = TrialConfig("mxnet", "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.1, precision="bf16")
+        backend = Backend(cfg, Devices.of(["0"], emulated=True), 32)
+        backend.train_step(backend.synthetic(), 0.1)
+        internals = backend.net._cached_graph[1].get_internals()
+        _, types, _ = internals.infer_type(data=np.float32)
+        convs = {n: t for n, t in zip(internals.list_outputs(), types) if n.endswith("_fwd_output") and "conv" in n}
+        print(len(convs), sorted({str(t) for t in convs.values()}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    count, dtypes = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert int(count) >= 7 and "bfloat16" in dtypes and "float32" not in dtypes, out.stdout  # every conv of resnet8
+
+
+def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -> None:
+    sweep = tmp_path / "fp16.yaml"
+    sweep.write_text('description: "x"\nfixed: {framework: mxnet, model: resnet8_cifar, num_gpus: 1, batch_per_gpu: 4, '
+                     'epochs: 1, lr: 0.1, data: synthetic, precision: fp16}\n')
+    out = run_cli("run", str(sweep), "--results", str(tmp_path / "results"), timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "asks for fp16, which MXNet cannot run on the CPU devices" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Path) -> None:
+    """search_spaces/resnet50_precision.yaml at its smoke scale: bf16 in both frameworks, TensorFlow's fp32,
+    fp16 (with its loss scale) and fp16 + XLA, the default; real Ray, real Parquet, the report."""
+    results = tmp_path / "results"
+    out = run_cli("resnet50_precision", "--results", str(results), timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_dir = next((results / "resnet50_precision").iterdir())
+    trials, epochs = pd.read_parquet(run_dir / "trials"), pd.read_parquet(run_dir / "epochs")
+    assert set(trials.status) == {"completed"} and len(trials) == 10
+    assert {(r.framework, r.precision, bool(r.xla)) for r in trials.itertuples()} == {
+        ("mxnet", "tf32", False), ("mxnet", "bf16", False), ("tensorflow", "tf32", False), ("tensorflow", "fp32", False),
+        ("tensorflow", "bf16", False), ("tensorflow", "fp16", False), ("tensorflow", "fp16", True)}
+    for row in trials.itertuples():
+        assert row.layout == ("NCHW" if row.framework == "mxnet" else "NHWC")
+        assert not row.tf32_allowed  # CPU devices: no TF32
+        assert (row.loss_scale > 0) if row.precision == "fp16" else pd.isna(row.loss_scale)
+        assert row.steady_images_per_sec > 0
+    assert epochs.train_loss.notna().all() and set(epochs.precision) == {"tf32", "fp32", "bf16", "fp16"}
+
+    # Precision and XLA are part of a throughput cell (never pooled), and the study's table shows them per GPUs.
+    from sweep import report
+    built = report.build_report(report.load_run(run_dir))
+    assert built.figures["speed_group"].nunique() == 9  # 10 trials: tensorflow tf32 at 1 and 2 GPUs share one
+    table = next(t for t in built.ratios if t.name == "precision")
+    assert {"tf32", "fp32", "bf16", "fp16", "fp16 + XLA", "bf16 / tf32"} <= set(table.frame.columns)
+    assert table.frame.index.names == ["", "GPUs"] and set(table.frame.index.get_level_values("GPUs")) == {1, 2}
+
+    # A run stored before these columns existed still reads, at the defaults it ran with.
+    import pyarrow.parquet as pq
+
+    from sweep import store
+    for path in (run_dir / "trials").glob("*.parquet"):
+        pq.write_table(pq.read_table(path).drop_columns(["precision", "xla", "layout", "tf32_allowed", "loss_scale"]), path)
+    older = store.read_runs(str(results), "resnet50_precision", "trials")
+    assert list(older.precision) == ["tf32"] * 10 and not older.xla.any() and older.layout.isna().all()
+
+
+def test_synthetic_batches_are_made_on_each_device_once() -> None:
+    # Each framework's synthetic batch lives on the trial's devices (two emulated ones here) and is reused:
+    # no host-to-device copy per step. A process of its own: TensorFlow's devices are fixed at its start.
+    script = textwrap.dedent("""
+        from trainables.config import TrialConfig
+        from trainables.loop import Devices, load_backend
+        for framework in ("tensorflow", "mxnet"):
+            cfg = TrialConfig(framework, "resnet8_cifar", num_gpus=2, batch_per_gpu=4, epochs=1, lr=0.1)
+            backend = load_backend(cfg, Devices.of(["0", "1"], emulated=True), 32)
+            x, y = backend.synthetic()
+            if framework == "tensorflow":
+                where = [t.device.split("/")[-1] for t in backend.strategy.experimental_local_results(x)]
+            else:
+                where = [str(a.context) for a in x]
+            print(framework, where, backend.synthetic() is backend.synthetic())
+            if framework == "tensorflow":  # a real batch too, slice by slice
+                import numpy as np
+                x, y = backend.put(np.zeros((8, 32, 32, 3), np.float32), np.zeros(8, np.int64))
+                print(framework, [t.device.split("/")[-1] for t in backend.strategy.experimental_local_results(x)])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()[-3:]
+    assert lines == ["tensorflow ['device:CPU:0', 'device:CPU:1'] True", "tensorflow ['device:CPU:0', 'device:CPU:1']",
+                     "mxnet ['cpu(0)', 'cpu(1)'] True"], lines
