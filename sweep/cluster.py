@@ -36,7 +36,7 @@ class Cluster:
 
 
 def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1", job_name: str | None = None,
-          nodes: int = 1) -> Cluster:
+          nodes: int = 1, emulated: bool = False) -> Cluster:
     """Join `address` (or RAY_ADDRESS), else start a local Ray with `num_gpus` (fake where emulated).
 
     nodes > 1 (embedded, emulated only): as many Ray nodes on this machine, each with `num_gpus`, so
@@ -48,6 +48,10 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
 
     runtime_env: dict[str, Any] = {"env_vars": TRIAL_ENV}
     address = address or os.environ.get("RAY_ADDRESS")
+    if emulated and not address:
+        # Ray ties GPUs to CUDA_VISIBLE_DEVICES and refuses fake ones where it names none (a user hiding
+        # the GPUs with CUDA_VISIBLE_DEVICES=""); emulated trials hide every GPU in their own process.
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     watch = dashboard.init_options(job_name)  # the job carries the sweep's name (dashboard, Jobs)
     if address:  # checked by sweep.gcs.check_address before anything else starts
         context = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.ERROR,

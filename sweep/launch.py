@@ -62,7 +62,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 
     gcs.outlast_ray(joined=launch.address is not None)
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
-                                job_name=launch.sweep.name, nodes=launch.nodes)
+                                job_name=launch.sweep.name, nodes=launch.nodes, emulated=bool(launch.emulated))
     opened = threading.Event()  # set once the run's folder exists: then a loss has a run to resume
     # A joined cluster's GCS may come back within Ray's own minute (fault tolerance); an embedded one never does.
     gone, silent = (gcs.RAY_RECONNECT_S,) * 2 if launch.address else (gcs.EMBEDDED_GONE_S, gcs.EMBEDDED_SILENT_S)

@@ -74,11 +74,14 @@ def gpu_architecture(index: int) -> tuple[str, str] | None:
 
 
 def real_gpu_count() -> int:
-    """GPUs the NVIDIA driver sees on this node (0 where there is no driver)."""
+    """GPUs the NVIDIA driver sees on this node and CUDA_VISIBLE_DEVICES, where set, lets us use
+    (0 where there is no driver, or CUDA_VISIBLE_DEVICES="" hides them all)."""
     if not shutil.which("nvidia-smi"):
         return 0
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    found = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return found if visible is None else min(found, len([i for i in visible.split(",") if i.strip()]))
