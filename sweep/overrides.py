@@ -1,7 +1,7 @@
 """`--set key=value`: one trial setting changed from the command line, for every trial of the sweep.
 
 A value is written as in a sweep file (YAML: `lr=1e-3`, `lr_decay_epochs=[30,60]`, `image_size=null`)
-and checked by the sweep file's own checks (sweep/spec.py CHECKS); a setting given this way replaces
+and checked by the sweep file's own checks (sweep/settings.py CHECKS); a setting given this way replaces
 the file's value in `fixed`, every grid axis of that name (the axis collapses to the one value) and
 every include entry. The values are part of a run's identity: run.json records them, and a resume
 with other values is refused unless --force (sweep/launch.py).
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from sweep import spec
+from sweep import settings, spec
 from sweep.errors import SpecError
 from sweep.spec import Sweep
 
@@ -31,9 +31,9 @@ def parse(texts: list[str] | None) -> dict[str, Any]:
             raise SpecError(f"--set {text}: expected key=value (for example --set lr=0.1)")
         if key in out:
             raise SpecError(f"--set {text}: {key} is set twice")
-        if key not in spec.CHECKS:
-            hint = " (set by the engine)" if key in spec.DERIVED else ""
-            raise SpecError(f"--set {text}: unknown setting '{key}'{hint} (expected one of {', '.join(sorted(spec.CHECKS))})")
+        if key not in settings.CHECKS:
+            hint = " (set by the engine)" if key in settings.DERIVED else ""
+            raise SpecError(f"--set {text}: unknown setting '{key}'{hint} (expected one of {', '.join(sorted(settings.CHECKS))})")
         try:
             value = spec.yaml_value(raw)
         except yaml.YAMLError as e:
@@ -41,7 +41,7 @@ def parse(texts: list[str] | None) -> dict[str, Any]:
             raise SpecError(f"--set {text}: malformed value: {problem}") from None
         except RecursionError:  # brackets nested thousands deep
             raise SpecError(f"--set {text}: malformed value: nested too deep") from None
-        expected = spec.CHECKS[key](value)
+        expected = settings.CHECKS[key](value)
         if expected:
             raise SpecError(f"--set {text}: expected {expected}, got {_short(repr(value))}")
         out[key] = value

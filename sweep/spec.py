@@ -23,17 +23,16 @@ import stat
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
-from trainables import zoo
 from sweep import environments, limits
 from sweep.environments import Environment
 from sweep.errors import SpecError
 from sweep.limits import quote, shown
-from trainables.config import (DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, VARIABLE_UPDATES, TrialConfig,
-                               field_names)
+from sweep.settings import CHECKS, DERIVED, REQUIRED, integer, number
+from trainables.config import TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 SCALES = ("smoke", "full")
@@ -114,87 +113,6 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-# --- value checks: each returns None when the value is fine, else what was expected -------------
-
-def _int(lo: int, hi: int, allow_none: bool = False) -> Callable[[Any], str | None]:
-    def check(v: Any) -> str | None:
-        if v is None and allow_none:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            return f"an integer >= {lo} and <= {hi}" + (" or null" if allow_none else "")
-        return None
-    return check
-
-
-def _setting_int(name: str, lo: int, allow_none: bool = False) -> Callable[[Any], str | None]:
-    return _int(lo, limits.INT_MAX[name], allow_none)
-
-
-def _number(lo: float, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False) -> Callable[[Any], str | None]:
-    def check(v: Any) -> str | None:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        ok = ok and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-        if not ok:
-            left = "(" if lo_open else "["
-            right = ")" if hi_open else "]"
-            return f"a number in {left}{lo}, {hi}{right}"
-        return None
-    return check
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[Any], str | None]:
-    def check(v: Any) -> str | None:
-        return None if v in options else "one of " + ", ".join(options)
-    return check
-
-
-def _bool(v: Any) -> str | None:
-    return None if isinstance(v, bool) else "true or false"
-
-
-def _model(v: Any) -> str | None:
-    return None if isinstance(v, str) and zoo.is_model(v) else "a model: " + zoo.model_names_help()
-
-
-def _epoch_list(v: Any) -> str | None:
-    top = limits.INT_MAX["epochs"]
-    if isinstance(v, list) and all(isinstance(e, int) and not isinstance(e, bool) and 1 <= e <= top for e in v):
-        return None
-    return f"a list of epoch numbers >= 1 and <= {top}"
-
-
-CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "framework": _choice(FRAMEWORKS),
-    "model": _model,
-    "num_gpus": _setting_int("num_gpus", 1),
-    "batch_per_gpu": _setting_int("batch_per_gpu", 1),
-    "epochs": _setting_int("epochs", 1),
-    "lr": _number(0, lo_open=True),
-    "base_lr": _number(0, lo_open=True),
-    "base_batch": _setting_int("base_batch", 1),
-    "warmup_epochs": _setting_int("warmup_epochs", 0),
-    "lr_decay_epochs": _epoch_list,
-    "lr_decay_factor": _number(0, 1, lo_open=True),
-    "momentum": _number(0, 1, hi_open=True),
-    "weight_decay": _number(0),
-    "data": _choice(DATA_KINDS),
-    "image_size": _setting_int("image_size", 8, allow_none=True),
-    "steps_per_epoch": _setting_int("steps_per_epoch", 1, allow_none=True),
-    "val_examples": _setting_int("val_examples", 1, allow_none=True),
-    "warmup_steps": _setting_int("warmup_steps", 0),
-    "seed": _setting_int("seed", 0),
-    "cpus_per_trial": _setting_int("cpus_per_trial", 1, allow_none=True),
-    "kvstore": _choice(KVSTORES),
-    "nodes": _setting_int("nodes", 1),
-    "gpus_per_node": _setting_int("gpus_per_node", 1),
-    "variable_update": _choice(VARIABLE_UPDATES),
-    "precision": _choice(PRECISIONS),
-    "xla": _bool,
-}
-# Set by the engine, never by a sweep file.
-DERIVED = {"lr_rule", "cpus_per_gpu"}
-assert set(CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
-REQUIRED = ("framework", "model", "batch_per_gpu", "epochs")  # and num_gpus or gpus_per_node
 
 
 @dataclass(frozen=True)
@@ -316,7 +234,7 @@ def _check_top(where: str, raw: dict[str, Any]) -> None:
     for key in ("name", "study"):
         if key in raw and not isinstance(raw[key], str):
             raise SpecError(f"{where}: {key}: expected a text")
-    if "target_acc" in raw and _number(0, 1, lo_open=True)(raw["target_acc"]):
+    if "target_acc" in raw and number(0, 1, lo_open=True)(raw["target_acc"]):
         raise SpecError(f"{where}: target_acc: expected a number in (0, 1]")
     early = raw.get("early_stopping")
     if early is not None:
@@ -325,7 +243,7 @@ def _check_top(where: str, raw: dict[str, Any]) -> None:
         for key, value in early.items():
             if key not in EARLY_STOPPING_KEYS:
                 raise SpecError(f"{where}: early_stopping: unknown key {quote(key)} (expected grace_period, reduction_factor)")
-            expected = _int(EARLY_STOPPING_KEYS[key], limits.INT_MAX["epochs"])(value)
+            expected = integer(EARLY_STOPPING_KEYS[key], limits.INT_MAX["epochs"])(value)
             if expected:
                 raise SpecError(f"{where}: early_stopping.{key}: expected {expected}, got {quote(value)}")
     _check_section(where, "", raw)

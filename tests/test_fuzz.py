@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sweep import cli, spec
+from sweep.settings import CHECKS
 from sweep.errors import SpecError
 
 HOSTILE = sorted(str(p) for p in (Path(__file__).resolve().parent / "hostile").iterdir())
@@ -82,7 +83,7 @@ def test_yaml_shaped_text(text: str) -> None:
 SETTING_VALUES = {"framework": ["mxnet", "tensorflow"], "model": ["resnet8_cifar", "cifar10_conv", "alexnet"],
                   "kvstore": ["device", "dist_sync"], "variable_update": ["replicated", "parameter_server"],
                   "data": ["synthetic", "cifar10"]}
-KEYS = sorted(spec.TOP_KEYS | set(spec.CHECKS) | spec.SECTION_KEYS | set(spec.SCALES) | set(spec.EARLY_STOPPING_KEYS))
+KEYS = sorted(spec.TOP_KEYS | set(CHECKS) | spec.SECTION_KEYS | set(spec.SCALES) | set(spec.EARLY_STOPPING_KEYS))
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70), st.floats(),
                     st.text(max_size=12), st.sampled_from([v for vs in SETTING_VALUES.values() for v in vs]),
                     st.integers(min_value=0, max_value=16))
@@ -107,7 +108,7 @@ def sweep_trees(draw) -> dict:
         elif where == "scales":
             doc["scales"] = {draw(st.sampled_from([*spec.SCALES, "x"])): {draw(st.sampled_from(["fixed", "grid"])): {key: value}}}
         elif isinstance(doc.get(where), dict):
-            doc[where][draw(st.sampled_from(sorted(spec.CHECKS)) | keys)] = [value] if where == "grid" and draw(st.booleans()) else value
+            doc[where][draw(st.sampled_from(sorted(CHECKS)) | keys)] = [value] if where == "grid" and draw(st.booleans()) else value
     return doc
 
 

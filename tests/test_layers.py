@@ -7,7 +7,7 @@ from its own layer or those below it, never above:
   entry          sweep.__main__, sweep.cli
   commands       sweep.launch (run), sweep.runs (status), sweep.plan (plan), sweep.manage (runs, rm), sweep.report.* (report)
   driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.estimates,
-                 sweep.spec, sweep.overrides, sweep.datasets, sweep.download, sweep.checks, sweep.gcs
+                 sweep.spec, sweep.settings, sweep.overrides, sweep.datasets, sweep.download, sweep.checks, sweep.gcs
   trial process  sweep.trial, sweep.workers
   store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.terminal, sweep.environments,
                  sweep.limits, sweep.version
@@ -31,7 +31,7 @@ LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
     ("commands", {"sweep.launch", "sweep.runs", "sweep.plan", "sweep.manage", "sweep.report"}),
     ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.estimates",
-                "sweep.spec", "sweep.overrides", "sweep.datasets", "sweep.download", "sweep.checks", "sweep.gcs"}),
+                "sweep.spec", "sweep.settings", "sweep.overrides", "sweep.datasets", "sweep.download", "sweep.checks", "sweep.gcs"}),
     ("trial process", {"sweep.trial", "sweep.workers"}),
     ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.terminal", "sweep.environments",
                "sweep.limits", "sweep.version"}),

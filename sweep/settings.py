@@ -1,0 +1,94 @@
+"""What each setting of a trial may hold: one check per TrialConfig field, run once at the edge.
+
+The spec loader (sweep/spec.py) applies them to sweep files and `--set` (sweep/overrides.py) to its
+values. Each check returns None when a value is fine, else what was expected, which the caller turns
+into its one-line error.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from sweep import limits
+from trainables import zoo
+from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, VARIABLE_UPDATES, field_names
+
+def integer(lo: int, hi: int, allow_none: bool = False) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        if v is None and allow_none:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            return f"an integer >= {lo} and <= {hi}" + (" or null" if allow_none else "")
+        return None
+    return check
+
+
+def _setting_int(name: str, lo: int, allow_none: bool = False) -> Callable[[Any], str | None]:
+    return integer(lo, limits.INT_MAX[name], allow_none)
+
+
+def number(lo: float, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+        if not ok:
+            left = "(" if lo_open else "["
+            right = ")" if hi_open else "]"
+            return f"a number in {left}{lo}, {hi}{right}"
+        return None
+    return check
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if v in options else "one of " + ", ".join(options)
+    return check
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "true or false"
+
+
+def _model(v: Any) -> str | None:
+    return None if isinstance(v, str) and zoo.is_model(v) else "a model: " + zoo.model_names_help()
+
+
+def _epoch_list(v: Any) -> str | None:
+    top = limits.INT_MAX["epochs"]
+    if isinstance(v, list) and all(isinstance(e, int) and not isinstance(e, bool) and 1 <= e <= top for e in v):
+        return None
+    return f"a list of epoch numbers >= 1 and <= {top}"
+
+
+CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "framework": _choice(FRAMEWORKS),
+    "model": _model,
+    "num_gpus": _setting_int("num_gpus", 1),
+    "batch_per_gpu": _setting_int("batch_per_gpu", 1),
+    "epochs": _setting_int("epochs", 1),
+    "lr": number(0, lo_open=True),
+    "base_lr": number(0, lo_open=True),
+    "base_batch": _setting_int("base_batch", 1),
+    "warmup_epochs": _setting_int("warmup_epochs", 0),
+    "lr_decay_epochs": _epoch_list,
+    "lr_decay_factor": number(0, 1, lo_open=True),
+    "momentum": number(0, 1, hi_open=True),
+    "weight_decay": number(0),
+    "data": _choice(DATA_KINDS),
+    "image_size": _setting_int("image_size", 8, allow_none=True),
+    "steps_per_epoch": _setting_int("steps_per_epoch", 1, allow_none=True),
+    "val_examples": _setting_int("val_examples", 1, allow_none=True),
+    "warmup_steps": _setting_int("warmup_steps", 0),
+    "seed": _setting_int("seed", 0),
+    "cpus_per_trial": _setting_int("cpus_per_trial", 1, allow_none=True),
+    "kvstore": _choice(KVSTORES),
+    "nodes": _setting_int("nodes", 1),
+    "gpus_per_node": _setting_int("gpus_per_node", 1),
+    "variable_update": _choice(VARIABLE_UPDATES),
+    "precision": _choice(PRECISIONS),
+    "xla": _bool,
+}
+# Set by the engine, never by a sweep file.
+DERIVED = {"lr_rule", "cpus_per_gpu"}
+assert set(CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
+REQUIRED = ("framework", "model", "batch_per_gpu", "epochs")  # and num_gpus or gpus_per_node
