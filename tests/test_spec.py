@@ -29,6 +29,16 @@ def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
             assert axis(trials, "framework") == {"mxnet", "tensorflow"}  # both frameworks, at both scales
 
 
+def test_the_documented_example_sweep_loads_at_both_scales(tmp_path: Path) -> None:
+    """search_spaces/README.md's annotated example is what users copy: it must load as printed."""
+    readme = (spec.SPEC_DIR / "README.md").read_text()
+    example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "my_lr_study.yaml").write_text(example)
+    sweep = spec.load(str(tmp_path / "my_lr_study.yaml"))
+    assert len(sweep.trials("full")) == 2 * 3 * 2 * 3 + 2 * 3  # the grid, and the include entry per framework x seed
+    assert {t.model for t in sweep.trials("smoke")} == {"resnet8_cifar"}
+
+
 def test_keras_resnet50_matches_seed_000() -> None:
     trials = spec.load("keras_mxnet_vs_tf_resnet50").trials("full")
     assert len(trials) == 2 * 5 * 2
