@@ -78,6 +78,8 @@ def test_interrupted_sweep_resumes_with_every_row_exactly_once(sig: int, tmp_pat
         lambda done, rows: done >= total // 2,  # in the middle
         lambda done, rows: done >= total - 1,  # near the end
     ]
+    if sig != signal.SIGKILL:  # an orderly stop takes one path wherever it comes: once, mid-run (CI time)
+        kill_points = kill_points[1:2]
     proc = start(results)
     frozen: dict[str, int] = {}  # starts of trials already ended: must never grow
     for point in kill_points:
