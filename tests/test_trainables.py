@@ -106,10 +106,10 @@ class SlowStartBackend:
 
         self.steps += 1
         time.sleep(self.slow_s if self.steps <= self.slow_steps else self.fast_s)
-        return 1.0, 0
+        return 1.0, 0, 10  # the tests' batch of 10
 
-    def eval_step(self, batch: Any) -> int:
-        return 0
+    def eval_step(self, batch: Any) -> tuple[int, int]:
+        return 0, len(batch[0])
 
     def device_peak_mib(self) -> None:
         return None
@@ -136,9 +136,9 @@ def test_warmup_steps_are_not_counted_in_steady_throughput() -> None:
 
 def test_nan_loss_ends_the_trial_as_diverged() -> None:
     class Diverging(SlowStartBackend):
-        def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
+        def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
             self.steps += 1
-            return (float("nan") if self.steps >= 5 else 1.0), 0
+            return (float("nan") if self.steps >= 5 else 1.0), 0, 10
 
     cfg = TrialConfig(framework="mxnet", model="resnet8_cifar", num_gpus=1, batch_per_gpu=10, epochs=3,
                       lr=0.1, data="synthetic", steps_per_epoch=3, warmup_steps=0)

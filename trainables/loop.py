@@ -55,8 +55,10 @@ class Backend(Protocol):
     def param_count(self) -> int: ...
     def put(self, x: np.ndarray, y: np.ndarray) -> Any: ...  # host batch (NHWC float32) -> devices
     def synthetic(self) -> Any: ...  # one random batch made on the devices, reused every step
-    def train_step(self, batch: Any, lr: float) -> tuple[float, int]: ...  # (loss sum, correct), synchronised
-    def eval_step(self, batch: Any) -> int: ...  # correct predictions, synchronised
+    # The counts are of the images the devices actually scored (read off what they computed on), so
+    # that an accuracy is a fraction of exactly those images however a batch was split or padded.
+    def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]: ...  # (loss sum, correct, images), synchronised
+    def eval_step(self, batch: Any) -> tuple[int, int]: ...  # (correct, images), synchronised
     def device_peak_mib(self) -> list[float] | None: ...  # one per device; None when emulated
     def save(self, path: str) -> None: ...
     def load(self, path: str) -> None: ...
@@ -153,10 +155,10 @@ class TrialLoop:
         for step, batch in zip(range(self.steps), batches):
             if not self.synthetic:
                 batch = backend.put(*batch)
-            step_loss, step_correct = backend.train_step(batch, lr)
+            step_loss, step_correct, step_images = backend.train_step(batch, lr)
             timer.stop()
             timer.start()
-            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + self.batch
+            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + step_images
             if not math.isfinite(step_loss):
                 break
         epoch_time = time.perf_counter() - t0
@@ -164,9 +166,7 @@ class TrialLoop:
 
         val_acc, t1 = None, time.perf_counter()
         if not self.synthetic and not diverged and self.shard.rank == 0:
-            hits = sum(backend.eval_step(backend.put(x, y)) for x, y in
-                       data.eval_batches(cifar.test_x, cifar.test_y, self.batch, cfg.val_examples, backend.layout))
-            val_acc = hits / min(len(cifar.test_x), cfg.val_examples or len(cifar.test_x))
+            val_acc = self.validate()
 
         steady = throughput(timer.epoch_times(), self.batch)
         return {
@@ -188,6 +188,20 @@ class TrialLoop:
             "peak_host_rss_mib": host_peak_rss_mib(),
             "diverged": diverged,
         }
+
+
+    def validate(self) -> float:
+        """The fraction of the validation images (the test split, or its first val_examples) predicted
+        right, each image scored exactly once: the devices' own count must be the images asked for."""
+        cifar, backend = self.cifar, self.backend
+        hits, scored = 0, 0
+        for x, y in data.eval_batches(cifar.test_x, cifar.test_y, self.batch, self.cfg.val_examples, backend.layout):
+            batch_hits, batch_scored = backend.eval_step(backend.put(x, y))
+            hits, scored = hits + batch_hits, scored + batch_scored
+        expected = min(len(cifar.test_x), self.cfg.val_examples or len(cifar.test_x))
+        if scored != expected:
+            raise RuntimeError(f"validation scored {scored} images, not the {expected} it is for")
+        return hits / scored
 
 
 def end_epoch(metrics: dict[str, Any], epoch: int, save: Callable[[str], None], report: Report) -> bool:

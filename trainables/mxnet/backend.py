@@ -66,8 +66,11 @@ class Backend:
         return mx.nd.contrib.BilinearResize2D(x, height=self.image_size, width=self.image_size)
 
     def put(self, x: np.ndarray, y: np.ndarray) -> Any:
-        xs = gluon.utils.split_and_load(x, self.ctx, even_split=False)
-        ys = gluon.utils.split_and_load(y.astype(np.float32), self.ctx, even_split=False)
+        # A last validation batch of fewer images than devices goes to as many devices as it has images:
+        # split_and_load would make empty slices, which MXNet 1.9.1 cannot copy to a device.
+        ctx = self.ctx[:max(1, min(len(x), len(self.ctx)))]
+        xs = gluon.utils.split_and_load(x, ctx, even_split=False)
+        ys = gluon.utils.split_and_load(y.astype(np.float32), ctx, even_split=False)
         return [self._resize(part) for part in xs], ys
 
     def synthetic(self) -> Any:
@@ -119,11 +122,18 @@ class Backend:
         # One host read per device synchronises the step (the clock is read after it).
         stats = [mx.nd.stack(l.sum(), (o.argmax(axis=1) == y).sum()).asnumpy() for l, o, y in zip(losses, outs, ys)]
         total = np.sum(stats, axis=0)
-        return float(total[0]), int(total[1])
+        return float(total[0]), int(total[1]), sum(o.shape[0] for o in outs)
 
-    def eval_step(self, batch: Any) -> int:
+    def eval_step(self, batch: Any) -> tuple[int, int]:
         xs, ys = batch
-        return int(sum((self.net(x).argmax(axis=1) == y).sum().asscalar() for x, y in zip(xs, ys)))
+        outs = [self.net(x) for x in xs]
+        return (int(sum((o.argmax(axis=1) == y).sum().asscalar() for o, y in zip(outs, ys))),
+                sum(o.shape[0] for o in outs))
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """The model's outputs for host images (in this backend's layout), on the first device: the
+        tests' reference for the accuracies the loop counts."""
+        return self.net(self._resize(mx.nd.array(x, ctx=self.ctx[0]))).asnumpy()
 
     def device_peak_mib(self) -> list[float] | None:
         return self.memory.peak_mib() if self.memory else None

@@ -18,6 +18,7 @@ from trainables.probe import Build
 from trainables.tensorflow import models
 
 SUM = tf.distribute.ReduceOp.SUM
+PAD = -1  # the label of a padding image: no argmax equals it
 
 
 def build() -> Build:
@@ -75,10 +76,11 @@ class Backend:
             variables = model.trainable_variables
             grads = tape.gradient(loss, variables)
             opt.apply_gradients([(g + wd_share * v, v) for g, v in zip(grads, variables)])
-            return tf.reduce_sum(per_example), self._correct(logits, y)
+            return tf.reduce_sum(per_example), self._correct(logits, y), tf.shape(logits)[0]
 
-        def replica_eval(x, y):
-            return self._correct(model(self._resize(x), training=False), y)
+        def replica_eval(x, y):  # a padding image (label PAD, see put) is neither right nor counted
+            logits = model(self._resize(x), training=False)
+            return self._correct(logits, y), tf.reduce_sum(tf.cast(y != PAD, tf.int32))
 
         if self.parameter_server:
             # A step is one scheduled call per worker; the coordinator waits for the round.
@@ -125,7 +127,10 @@ class Backend:
         if self.parameter_server:  # one part per worker, sent with its scheduled step
             return [(tf.constant(a), tf.constant(b)) for a, b in zip(np.array_split(x, self.nodes), np.array_split(y, self.nodes))]
         n = self.strategy.num_replicas_in_sync // self.nodes  # this worker's replicas
-        parts = list(zip(np.array_split(x, n), np.array_split(y, n)))
+        # A last validation batch of fewer images than replicas leaves some without one: they get one
+        # padding image each (a convolution on an empty batch fails on CPU), labelled PAD, never scored.
+        parts = [(a, b) if len(a) else (np.zeros_like(x[:1]), np.full(1, PAD, np.int32))
+                 for a, b in zip(np.array_split(x, n), np.array_split(y, n))]
         # value_fn runs under each replica's device scope, so each slice lands on its own device.
         return self.strategy.experimental_distribute_values_from_function(
             lambda ctx: tuple(tf.constant(a) for a in parts[ctx.replica_id_in_sync_group % n]))
@@ -143,7 +148,7 @@ class Backend:
                     lambda ctx: (tf.random.uniform((b, s, s, 3)), tf.random.uniform((b,), 0, 10, dtype=tf.int32)))
         return self._synthetic
 
-    def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
+    def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
         if lr != self._lr:
             self.opt.learning_rate.assign(lr)
             self._lr = lr
@@ -152,16 +157,26 @@ class Backend:
             rounds = [self.coordinator.schedule(step, args=part if isinstance(part, tuple) else (part,)) for part in batch]
             self.coordinator.join()
             values = [r.fetch() for r in rounds]
-            return float(sum(v[0] for v in values)), int(sum(v[1] for v in values))
-        loss, correct = self._train(*batch)
-        local = self.strategy.experimental_local_results
+            return float(sum(v[0] for v in values)), int(sum(v[1] for v in values)), int(sum(v[2] for v in values))
+        loss, correct, images = self._train(*batch)
         # Host reads synchronise the step.
-        return float(sum(t.numpy() for t in local(loss))), int(sum(t.numpy() for t in local(correct)))
+        return float(self._local_sum(loss)), int(self._local_sum(correct)), int(self._local_sum(images))
 
-    def eval_step(self, batch: Any) -> int:
+    def eval_step(self, batch: Any) -> tuple[int, int]:
         if self.parameter_server:  # the coordinator evaluates inline, reading the parameter servers
-            return int(sum(self._eval(x, y).numpy() for x, y in batch))
-        return int(sum(t.numpy() for t in self.strategy.experimental_local_results(self._eval(*batch))))
+            values = [self._eval(x, y) for x, y in batch]
+            return int(sum(v[0].numpy() for v in values)), int(sum(v[1].numpy() for v in values))
+        correct, images = self._eval(*batch)
+        return int(self._local_sum(correct)), int(self._local_sum(images))
+
+    def _local_sum(self, value: Any) -> Any:
+        """The sum of this worker's replicas' values."""
+        return sum(t.numpy() for t in self.strategy.experimental_local_results(value))
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """The model's outputs for host images (NHWC), on the first device: the tests' reference for
+        the accuracies the loop counts."""
+        return self.model(self._resize(tf.constant(x)), training=False).numpy()
 
     def device_peak_mib(self) -> list[float] | None:
         if self.devices.kind != "gpu" or self.parameter_server:  # the workers' allocators are not this process's
