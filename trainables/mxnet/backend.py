@@ -9,6 +9,7 @@ import numpy as np
 import mxnet as mx  # noqa: E402  (trainables.mxnet aliases np.bool first)
 from mxnet import autograd, gluon
 
+from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.mxnet import models
 from trainables.loop import Devices
@@ -37,7 +38,9 @@ class Backend:
         self.image_size = image_size
         self.batch_per_gpu = cfg.batch_per_gpu
         self.net = models.build(cfg.model, image_size)
-        self.net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self.ctx)
+        scale = zoo.UNIFORM_INIT.get(cfg.model)
+        init = mx.init.Uniform(scale) if scale else mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
+        self.net.initialize(init, ctx=self.ctx)
         self.net.hybridize(static_alloc=True, static_shape=True)
         # dist_sync: the servers sum the workers' gradients and each worker updates its own copy, so the
         # optimizer state is local and a checkpoint holds it. dist_async: MXNet updates on the servers,
