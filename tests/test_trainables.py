@@ -87,7 +87,8 @@ class SlowStartBackend:
 
     layout = "NHWC"
     framework_version = "fake 0"
-    cudnn_version = None
+    framework_cuda_version = None
+    framework_cudnn_version = None
 
     def __init__(self, slow_steps: int, slow_s: float, fast_s: float) -> None:
         self.slow_steps, self.slow_s, self.fast_s, self.steps = slow_steps, slow_s, fast_s, 0

@@ -48,7 +48,8 @@ class Backend(Protocol):
     """What a framework folder provides (trainables/<framework>/backend.py: class Backend)."""
 
     framework_version: str
-    cudnn_version: str | None  # the cuDNN the framework was built with, where it says
+    framework_cuda_version: str | None  # the CUDA the framework was built with; None for a CPU build
+    framework_cudnn_version: str | None  # the cuDNN it was built with, where it says
     layout: str  # "NCHW" or "NHWC": the layout put() expects
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None: ...
@@ -138,8 +139,11 @@ class TrialLoop:
             "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0),
             "pid": os.getpid(),
             **environment.capture(devices.kind, devices.count),
-            "cudnn_version": self.backend.cudnn_version if devices.kind == "gpu" else None,
+            # The build's facts, whatever devices the trial ran on (device_kind says which).
+            "framework_cuda_version": self.backend.framework_cuda_version,
+            "framework_cudnn_version": self.backend.framework_cudnn_version,
         }
+        self.on_gpu = devices.kind == "gpu"
 
     def run_epoch(self, epoch: int) -> dict[str, Any]:
         """Train one epoch (and validate it on the first worker); the epoch's row."""
@@ -187,6 +191,8 @@ class TrialLoop:
             "peak_device_mem_mib": backend.device_peak_mib(),
             "peak_host_rss_mib": host_peak_rss_mib(),
             "diverged": diverged,
+            # Read after the epoch's steps: frameworks load cuDNN at their first convolution on a GPU.
+            "cudnn_loaded_version": environment.loaded_cudnn_version() if self.on_gpu else None,
         }
 
 

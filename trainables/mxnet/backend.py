@@ -28,7 +28,10 @@ def build() -> Build:
 class Backend:
     layout = "NCHW"
     framework_version = f"mxnet {mx.__version__}"
-    cudnn_version = None  # MXNet reports whether it has cuDNN, not which
+    # MXNet names no CUDA version; its wheel's name does (mxnet-cu117: 11.7). Of cuDNN it reports
+    # whether it was built with it, not which: the loaded library's version says what ran.
+    framework_cuda_version = cuda_in_name("mxnet") if mx.runtime.Features().is_enabled("CUDA") else None
+    framework_cudnn_version = None
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         mx.random.seed(cfg.seed)

@@ -33,7 +33,8 @@ def build() -> Build:
 class Backend:
     layout = "NHWC"
     framework_version = f"tensorflow {tf.__version__}"
-    cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
+    framework_cuda_version = tf.sysconfig.get_build_info().get("cuda_version")  # absent from a CPU build
+    framework_cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         self.parameter_server = cfg.variable_update == "parameter_server"
