@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 BAR = 0.8  # final val_acc every model must pass (chance: 0.1)
 TOLERANCE = 0.1  # |MXNet - TensorFlow| final val_acc (tests/test_learnability.py says why)
 FRAMEWORKS = ("mxnet", "tensorflow")
-TRAIN_IMAGES, VAL_IMAGES = 1000, 200
+TRAIN_IMAGES, VAL_IMAGES = 2000, 200
 
 
 @dataclass(frozen=True)
@@ -35,18 +35,19 @@ class Setting:
     lr: float
     batch: int = 32
     epochs: int = 2
-    steps: int = 30  # per epoch
+    steps: int = 60  # per epoch
 
 
 # lr: 0.05 at batch 32 for the batch-normalised nets (0.1 at 64-128 in their papers' scripts, scaled);
 # cifar10_conv at Neon's example rate by the linear rule (0.01 at 128: 0.0025 at 32); AlexNet, biases and
-# dropout and no batch norm, at Krizhevsky's 0.01.
+# dropout and no batch norm, at 0.002: at Krizhevsky's 0.01 (batch 128) it stays near chance here
+# (train loss 2.17 after 40 steps; on these standardised inputs), at 0.002 it scores 1.0 in 40 steps.
 SETTINGS: dict[str, Setting] = {
     "resnet8_cifar": Setting(32, 0.05),
     "resnet8_cifar_v2": Setting(32, 0.05),
-    "resnet20_cifar": Setting(32, 0.05),
     "cifar10_conv": Setting(32, 0.0025),
-    "alexnet": Setting(64, 0.01),
+    "alexnet": Setting(64, 0.002, steps=20),
+    "resnet20_cifar": Setting(32, 0.05),
     "resnet50_v1": Setting(32, 0.05),
     "inception_v3": Setting(75, 0.05),
 }
@@ -98,10 +99,10 @@ def main() -> None:
                 accs, secs = [], []
                 for seed in range(args.repeats):
                     rows = finish(start(config(model, framework, seed), data_dir))
-                    accs.append(rows[-1]["val_acc"])
+                    accs.append("diverged" if rows[-1]["diverged"] else f"{rows[-1]['val_acc']:.3f}")
                     secs.append(sum(r["epoch_time_s"] + r["val_time_s"] for r in rows))
                 print(f"| {model} | {framework} | {s.epochs * s.steps} | {s.batch} | {s.lr:g} | {s.image_size} | "
-                      f"{' / '.join(f'{a:.3f}' for a in accs)} | {' / '.join(f'{t:.0f}' for t in secs)} |", flush=True)
+                      f"{' / '.join(accs)} | {' / '.join(f'{t:.0f}' for t in secs)} |", flush=True)
     print(f"command: .venv/bin/python {' '.join(sys.argv)}")
 
 
