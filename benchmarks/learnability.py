@@ -34,19 +34,22 @@ class Setting:
     image_size: int  # the smallest input the architecture takes (tests/test_models.py)
     lr: float
     batch: int = 32
+    # The last epoch runs at a tenth of the lr: without that the final val_acc swings with the last
+    # steps (resnet8_cifar at 0.05: 1.0, 0.86, 1.0, 1.0 epoch by epoch).
     epochs: int = 2
     steps: int = 60  # per epoch
 
 
 # lr: 0.05 at batch 32 for the batch-normalised nets (0.1 at 64-128 in their papers' scripts, scaled);
 # cifar10_conv at Neon's example rate by the linear rule (0.01 at 128: 0.0025 at 32); AlexNet, biases and
-# dropout and no batch norm, at 0.002: at Krizhevsky's 0.01 (batch 128) it stays near chance here
-# (train loss 2.17 after 40 steps; on these standardised inputs), at 0.002 it scores 1.0 in 40 steps.
+# dropout and no batch norm, at 0.001: at Krizhevsky's 0.01 (batch 128) it stays near chance here
+# (train loss 2.17 after 40 steps, on these standardised inputs); at 0.005 both frameworks reach
+# 0.66-0.73 in 120 steps, at 0.002 TensorFlow 0.69 in 80; at 0.001 both score 1.0 after 40 steps.
 SETTINGS: dict[str, Setting] = {
     "resnet8_cifar": Setting(32, 0.05),
     "resnet8_cifar_v2": Setting(32, 0.05),
     "cifar10_conv": Setting(32, 0.0025),
-    "alexnet": Setting(64, 0.002, steps=20),
+    "alexnet": Setting(64, 0.001, steps=40),
     "resnet20_cifar": Setting(32, 0.05),
     "resnet50_v1": Setting(32, 0.05),
     "inception_v3": Setting(75, 0.05),
@@ -56,7 +59,8 @@ SETTINGS: dict[str, Setting] = {
 def config(model: str, framework: str, seed: int = 0) -> dict:
     s = SETTINGS[model]
     return {"framework": framework, "model": model, "num_gpus": 1, "batch_per_gpu": s.batch, "epochs": s.epochs,
-            "steps_per_epoch": s.steps, "image_size": s.image_size, "lr": s.lr, "val_examples": VAL_IMAGES,
+            "steps_per_epoch": s.steps, "image_size": s.image_size, "lr": s.lr, "lr_decay_epochs": [s.epochs - 1],
+            "val_examples": VAL_IMAGES,
             "warmup_steps": 0, "seed": seed}
 
 
@@ -89,7 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"learnable CIFAR-10-format set: {TRAIN_IMAGES} train, {VAL_IMAGES} val images; 1 CPU device, "
           f"1 thread; momentum 0.9, weight decay 1e-4; bar val_acc > {BAR}")
-    print("| model | framework | steps | batch | lr | image size | final val_acc (per seed) | train s (per seed) |")
+    print("| model | framework | steps | batch | lr (last epoch /10) | image size | final val_acc (per seed) | train s (per seed) |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = write_data(Path(tmp))
