@@ -5,7 +5,8 @@ its architecture takes, a bounded number of steps at a sane lr (benchmarks/learn
 shared with the benchmark that runs every model). Each framework's final val_acc must pass BAR (0.8;
 chance is 0.1), and the two must agree within TOLERANCE (0.1): on 200 validation images the binomial
 std of one accuracy near 0.9 is sqrt(0.9 x 0.1 / 200) = 0.021, of a difference of two 0.03, so 0.1 is
-over 3 std; the seed-to-seed spread measured by the benchmark (benchmarks/README.md) is within it too.
+over 3 std; the spread between seeds and frameworks measured by the benchmark (benchmarks/README.md)
+is within it too.
 
 The models that do not fit CI's budget on 2 CPU cores are measured by `benchmarks/learnability.py`
 (README.md's measured table), not here: resnet50_v1 and inception_v3 take minutes each;
