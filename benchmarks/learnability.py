@@ -95,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"learnable CIFAR-10-format set: {TRAIN_IMAGES} train, {VAL_IMAGES} val images; 1 CPU device, "
           f"1 thread; momentum 0.9, weight decay 1e-4; bar val_acc > {BAR}")
-    print("| model | framework | steps | batch | lr (last epoch /10) | image size | final val_acc (per seed) | train s (per seed) |")
+    print("| model | framework | steps | batch | lr (last epoch /10) | image size | final val_acc (per seed) | train + val s (per seed) |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = write_data(Path(tmp))
