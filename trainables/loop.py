@@ -195,7 +195,6 @@ class TrialLoop:
             "cudnn_loaded_version": environment.loaded_cudnn_version() if self.on_gpu else None,
         }
 
-
     def validate(self) -> float:
         """The fraction of the validation images (the test split, or its first val_examples) predicted
         right, each image scored exactly once: the devices' own count must be the images asked for."""

@@ -165,7 +165,8 @@ class Backend:
 
     def eval_step(self, batch: Any) -> tuple[int, int]:
         if self.parameter_server:  # the coordinator evaluates inline, reading the parameter servers
-            values = [self._eval(x, y) for x, y in batch]
+            # (a worker's part of a last batch of fewer images than workers is empty: nothing to score)
+            values = [self._eval(x, y) for x, y in batch if x.shape[0]]
             return int(sum(v[0].numpy() for v in values)), int(sum(v[1].numpy() for v in values))
         correct, images = self._eval(*batch)
         return int(self._local_sum(correct)), int(self._local_sum(images))
