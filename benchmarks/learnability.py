@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 BAR = 0.8  # final val_acc every model must pass (chance: 0.1)
-TOLERANCE = 0.1  # |MXNet - TensorFlow| final val_acc (tests/test_learnability.py says why)
+TOLERANCE = 0.2  # |MXNet - TensorFlow| final val_acc (tests/test_learnability.py says why)
 FRAMEWORKS = ("mxnet", "tensorflow")
 TRAIN_IMAGES, VAL_IMAGES = 2000, 200
 

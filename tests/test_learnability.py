@@ -3,10 +3,12 @@
 A learnable set in CIFAR-10's on-disk format (tests/cifar_files.py), each model at the smallest input
 its architecture takes, a bounded number of steps at a sane lr (benchmarks/learnability.py: SETTINGS,
 shared with the benchmark that runs every model). Each framework's final val_acc must pass BAR (0.8;
-chance is 0.1), and the two must agree within TOLERANCE (0.1): on 200 validation images the binomial
-std of one accuracy near 0.9 is sqrt(0.9 x 0.1 / 200) = 0.021, of a difference of two 0.03, so 0.1 is
-over 3 std; the spread between seeds and frameworks measured by the benchmark (benchmarks/README.md)
-is within it too.
+chance is 0.1), and the two must agree within TOLERANCE (0.2). Two sources of difference add up:
+the validation set (on 200 images the binomial std of one accuracy near 0.9 is sqrt(0.9 x 0.1 / 200)
+= 0.021, of a difference of two 0.03: 3 std is 0.09) and seed-to-seed spread, measured with
+`benchmarks/learnability.py --repeats 3` (benchmarks/README.md): 0 for the ResNets and cifar10_conv
+(every run 1.0), 0.155 for AlexNet in TensorFlow (1.0, 0.845, 1.0). A gap over 0.2 is beyond both:
+one framework's model or loop learning differently.
 
 The models that do not fit CI's budget on 2 CPU cores are measured by `benchmarks/learnability.py`
 (README.md's measured table), not here: resnet50_v1 and inception_v3 take minutes each;
