@@ -53,7 +53,13 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
 ENV_COLUMNS: dict[str, pa.DataType] = {
     "hostname": pa.string(), "device_kind": pa.string(), "gpu_model": pa.string(), "gpu_count": pa.int64(),
-    "gpu_driver": pa.string(), "cuda_version": pa.string(), "cudnn_version": pa.string(),
+    "gpu_driver": pa.string(),
+    # What CUDA and cuDNN ran, each from its own source (trainables/environment.py): the newest CUDA
+    # the driver supports (nvidia-smi's "CUDA Version"), the CUDA and cuDNN the framework was built
+    # with (TensorFlow's build info; MXNet names its CUDA in its wheel's name, its cuDNN nowhere), and
+    # the cuDNN library loaded in the trial's process (cudnnGetVersion). None where not on a GPU or unknown.
+    "driver_cuda_version": pa.string(), "framework_cuda_version": pa.string(),
+    "framework_cudnn_version": pa.string(), "cudnn_loaded_version": pa.string(),
     "cpu_model": pa.string(), "cpu_count": pa.int64(),
     "framework_version": pa.string(), "python_version": pa.string(), "numpy_version": pa.string(),
     "os": pa.string(), "ray_version": pa.string(), "engine_version": pa.string(), "git_commit": pa.string(),
@@ -66,6 +72,9 @@ ENV_COLUMNS: dict[str, pa.DataType] = {
 PRECISION_COLUMNS: dict[str, pa.DataType] = {
     "layout": pa.string(), "tf32_allowed": pa.bool_(), "loss_scale": pa.float64(),
 }
+# Columns of runs written before the ones above split them: old name -> the column it is read into.
+# cuda_version was the driver's CUDA, cudnn_version the framework's cuDNN build (TensorFlow's).
+LEGACY_COLUMNS: dict[str, str] = {"cuda_version": "driver_cuda_version", "cudnn_version": "framework_cudnn_version"}
 EPOCH_SCHEMA = pa.schema({
     "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "epoch": pa.int64(),
     "status": pa.string(), "scale": pa.string(),

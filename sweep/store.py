@@ -37,7 +37,7 @@ from sweep.environments import Environment
 from sweep.errors import StoreError
 from sweep.limits import name_problem, quote
 from sweep.location import Location, RemotePath, at
-from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, PRECISION_COLUMNS, TRIAL_SCHEMA, Status
+from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, LEGACY_COLUMNS, PRECISION_COLUMNS, TRIAL_SCHEMA, Status
 from trainables.config import ADDED_LATER, TrialConfig
 from trainables.probe import FrameworkCheck
 
@@ -179,14 +179,24 @@ def new_run_id() -> str:
 
 
 def _read_table(path: Location, schema: pa.Schema) -> pa.Table:
+    # Read with the legacy columns too, so that an older run's values land in the columns that replaced them.
+    with_legacy = pa.schema(list(schema) + [pa.field(old, pa.string()) for old in LEGACY_COLUMNS])
     try:
         if isinstance(path, RemotePath):
-            table = pq.read_table(path.path, schema=schema, filesystem=path.fs)
+            table = pq.read_table(path.path, schema=with_legacy, filesystem=path.fs)
         else:
-            table = pq.read_table(path, schema=schema)
+            table = pq.read_table(path, schema=with_legacy)
     except (pa.ArrowException, OSError) as e:
         raise StoreError(f"{path}: not a readable Parquet file of this store ({str(e).splitlines()[0]})") from None
-    return _with_older_defaults(table)
+    return _with_older_defaults(_from_legacy(table, schema))
+
+
+def _from_legacy(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The table in `schema`: each legacy column's values where its new column has none."""
+    for old, new in LEGACY_COLUMNS.items():
+        index = table.schema.get_field_index(new)
+        table = table.set_column(index, schema.field(new), pa.compute.coalesce(table[new], table[old]))
+    return table.select(schema.names)
 
 
 def _with_older_defaults(table: pa.Table) -> pa.Table:

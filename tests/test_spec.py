@@ -73,6 +73,8 @@ def test_cifar10_conv_matches_seed_002() -> None:
     trials = spec.load("cifar10_conv_mgpu").trials("full")
     assert Counter((t.num_gpus, t.batch_per_gpu) for t in trials) == {(1, 128): 2, (2, 64): 2, (3, 43): 2}
     assert axis(trials, "epochs") == {10} and axis(trials, "model") == {"cifar10_conv"}
+    # Neon's rate, 0.01 at 128, by the linear rule: the seed's lr 0.1 kills this net (benchmarks/cifar10_conv_collapse.py).
+    assert {(t.global_batch, t.lr, t.lr_rule) for t in trials} == {(128, 0.01, "linear"), (129, 0.0100781250, "linear")}
 
 
 def test_tf_cnn_benchmarks_matches_seed_004() -> None:

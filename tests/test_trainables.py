@@ -87,7 +87,8 @@ class SlowStartBackend:
 
     layout = "NHWC"
     framework_version = "fake 0"
-    cudnn_version = None
+    framework_cuda_version = None
+    framework_cudnn_version = None
 
     def __init__(self, slow_steps: int, slow_s: float, fast_s: float) -> None:
         self.slow_steps, self.slow_s, self.fast_s, self.steps = slow_steps, slow_s, fast_s, 0
@@ -101,15 +102,15 @@ class SlowStartBackend:
     def synthetic(self) -> Any:
         return None, None
 
-    def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
+    def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
         import time
 
         self.steps += 1
         time.sleep(self.slow_s if self.steps <= self.slow_steps else self.fast_s)
-        return 1.0, 0
+        return 1.0, 0, 10  # the tests' batch of 10
 
-    def eval_step(self, batch: Any) -> int:
-        return 0
+    def eval_step(self, batch: Any) -> tuple[int, int]:
+        return 0, len(batch[0])
 
     def device_peak_mib(self) -> None:
         return None
@@ -139,9 +140,9 @@ def test_warmup_steps_are_not_counted_in_steady_throughput() -> None:
 
 def test_nan_loss_ends_the_trial_as_diverged() -> None:
     class Diverging(SlowStartBackend):
-        def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
+        def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
             self.steps += 1
-            return (float("nan") if self.steps >= 5 else 1.0), 0
+            return (float("nan") if self.steps >= 5 else 1.0), 0, 10
 
     cfg = TrialConfig(framework="mxnet", model="resnet8_cifar", num_gpus=1, batch_per_gpu=10, epochs=3,
                       lr=0.1, data="synthetic", steps_per_epoch=3, warmup_steps=0)

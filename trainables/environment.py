@@ -1,6 +1,7 @@
 """What a trial ran on, captured in the trial's own process (its node, its devices)."""
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import shutil
@@ -49,12 +50,38 @@ def capture(device_kind: str, gpu_count: int) -> dict[str, object]:
         "gpu_model": gpu_model,
         "gpu_count": gpu_count if device_kind == "gpu" else 0,
         "gpu_driver": driver,
-        "cuda_version": cuda,
+        "driver_cuda_version": cuda,  # the newest CUDA the driver supports, not what a framework runs
         "python_version": platform.python_version(),
         "numpy_version": np.__version__,
         "os": f"{platform.system()} {platform.release()}",
         "python_executable": sys.executable,
     }
+
+
+def cudnn_version_text(number: int) -> str:
+    """cudnnGetVersion()'s number as a version: major*1000 + minor*100 + patch up to cuDNN 8,
+    major*10000 + minor*100 + patch from cuDNN 9 on (9.3.0 is 90300)."""
+    major, rest = divmod(number, 10_000) if number >= 90_000 else divmod(number, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def loaded_cudnn_version(maps: str = "/proc/self/maps") -> str | None:
+    """The version of the cuDNN library loaded in this process (None where none is, or it cannot be read):
+    the first mapped library that answers cudnnGetVersion. Frameworks load cuDNN lazily, at their first
+    convolution on a GPU, so this is read after a step."""
+    try:
+        with open(maps) as f:
+            paths = {line.split()[-1] for line in f if "libcudnn" in line and "/" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            get_version = ctypes.CDLL(path).cudnnGetVersion
+        except (OSError, AttributeError):
+            continue
+        get_version.restype = ctypes.c_size_t
+        return cudnn_version_text(int(get_version()))
+    return None
 
 
 def gpu_architecture(index: int) -> tuple[str, str] | None:

@@ -48,7 +48,8 @@ class Backend(Protocol):
     """What a framework folder provides (trainables/<framework>/backend.py: class Backend)."""
 
     framework_version: str
-    cudnn_version: str | None  # the cuDNN the framework was built with, where it says
+    framework_cuda_version: str | None  # the CUDA the framework was built with; None for a CPU build
+    framework_cudnn_version: str | None  # the cuDNN it was built with, where it says
     layout: str  # "NCHW" or "NHWC": the layout put() expects
     put_ahead: bool  # put() may run on the prefetch thread, ahead of the step (the framework is thread-safe there)
 
@@ -56,8 +57,10 @@ class Backend(Protocol):
     def param_count(self) -> int: ...
     def put(self, x: np.ndarray, y: np.ndarray) -> Any: ...  # host batch (NHWC float32) -> devices
     def synthetic(self) -> Any: ...  # one random batch made on the devices, reused every step
-    def train_step(self, batch: Any, lr: float) -> tuple[float, int]: ...  # (loss sum, correct), synchronised
-    def eval_step(self, batch: Any) -> int: ...  # correct predictions, synchronised
+    # The counts are of the images the devices actually scored (read off what they computed on), so
+    # that an accuracy is a fraction of exactly those images however a batch was split or padded.
+    def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]: ...  # (loss sum, correct, images), synchronised
+    def eval_step(self, batch: Any) -> tuple[int, int]: ...  # (correct, images), synchronised
     def device_peak_mib(self) -> list[float] | None: ...  # one per device; None when emulated
     def precision_columns(self) -> dict[str, Any]: ...  # layout, tf32_allowed, loss_scale (sweep/schema.py)
     def save(self, path: str) -> None: ...
@@ -138,8 +141,11 @@ class TrialLoop:
             "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0),
             "pid": os.getpid(),
             **environment.capture(devices.kind, devices.count),
-            "cudnn_version": self.backend.cudnn_version if devices.kind == "gpu" else None,
+            # The build's facts, whatever devices the trial ran on (device_kind says which).
+            "framework_cuda_version": self.backend.framework_cuda_version,
+            "framework_cudnn_version": self.backend.framework_cudnn_version,
         }
+        self.on_gpu = devices.kind == "gpu"
 
     def _real_batches(self, epoch: int) -> Any:
         """The epoch's batches on the devices. Read and shuffled on a background thread; copied to the
@@ -153,7 +159,7 @@ class TrialLoop:
 
     def run_epoch(self, epoch: int) -> dict[str, Any]:
         """Train one epoch (and validate it on the first worker); the epoch's row."""
-        cfg, backend, cifar, timer = self.cfg, self.backend, self.cifar, self.timer
+        cfg, backend, timer = self.cfg, self.backend, self.timer
         lr = lr_at(cfg, epoch)
         loss_sum, correct, seen = 0.0, 0, 0
         timer.start_epoch()
@@ -161,10 +167,10 @@ class TrialLoop:
         batches = iter(lambda: backend.synthetic(), None) if self.synthetic else self._real_batches(epoch)
         timer.start()
         for step, batch in zip(range(self.steps), batches):
-            step_loss, step_correct = backend.train_step(batch, lr)
+            step_loss, step_correct, step_images = backend.train_step(batch, lr)
             timer.stop()
             timer.start()
-            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + self.batch
+            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + step_images
             if not math.isfinite(step_loss):
                 break
         epoch_time = time.perf_counter() - t0
@@ -172,9 +178,7 @@ class TrialLoop:
 
         val_acc, t1 = None, time.perf_counter()
         if not self.synthetic and not diverged and self.shard.rank == 0:
-            hits = sum(backend.eval_step(backend.put(x, y)) for x, y in
-                       data.eval_batches(cifar.test_x, cifar.test_y, self.batch, cfg.val_examples, backend.layout))
-            val_acc = hits / min(len(cifar.test_x), cfg.val_examples or len(cifar.test_x))
+            val_acc = self.validate()
 
         steady = throughput(timer.epoch_times(), self.batch)
         return {
@@ -196,7 +200,22 @@ class TrialLoop:
             "peak_host_rss_mib": host_peak_rss_mib(),
             **backend.precision_columns(),
             "diverged": diverged,
+            # Read after the epoch's steps: frameworks load cuDNN at their first convolution on a GPU.
+            "cudnn_loaded_version": environment.loaded_cudnn_version() if self.on_gpu else None,
         }
+
+    def validate(self) -> float:
+        """The fraction of the validation images (the test split, or its first val_examples) predicted
+        right, each image scored exactly once: the devices' own count must be the images asked for."""
+        cifar, backend = self.cifar, self.backend
+        hits, scored = 0, 0
+        for x, y in data.eval_batches(cifar.test_x, cifar.test_y, self.batch, self.cfg.val_examples, backend.layout):
+            batch_hits, batch_scored = backend.eval_step(backend.put(x, y))
+            hits, scored = hits + batch_hits, scored + batch_scored
+        expected = min(len(cifar.test_x), self.cfg.val_examples or len(cifar.test_x))
+        if scored != expected:
+            raise RuntimeError(f"validation scored {scored} images, not the {expected} it is for")
+        return hits / scored
 
 
 def end_epoch(metrics: dict[str, Any], epoch: int, save: Callable[[str], None], report: Report) -> bool:

@@ -17,6 +17,12 @@ FIXED_MODELS: dict[str, int] = {
     "cifar10_conv": 32,   # Neon's examples/cifar10_conv.py convnet (seed 002)
     "alexnet": 224,       # seed 003
 }
+# Models whose source initialises every weight Uniform(-a, a): name -> a. The others start from He
+# et al.'s gaussian (std sqrt(2 / fan_in)), as MXNet's and tf_cnn_benchmarks' scripts do. Neon's
+# cifar10_conv example uses Uniform(-0.1, 0.1) (with lr 0.01, momentum 0.9 at batch 128); this bias-free
+# ReLU net under He's init at the seed's lr 0.05-0.1 dies (every ReLU off: loss ln 10, uniform
+# predictions; benchmarks/cifar10_conv_collapse.py measures it).
+UNIFORM_INIT: dict[str, float] = {"cifar10_conv": 0.1}
 CIFAR_RESNET = re.compile(r"^resnet(\d+)_cifar(_v2)?$")
 
 NUM_CLASSES = 10

@@ -26,9 +26,11 @@ POOLED = ["lr_setting", "lr", "warmup_epochs", "lr_decay", "momentum", "weight_d
 # Shown in a label always; the rest of a key only where the run varies it.
 ALWAYS_SHOWN = ("framework", "model", "batch_per_gpu", "data_kind", "lr_setting")
 
-HARDWARE = (("device", "device_kind"), ("GPU", "gpu_model"), ("driver", "gpu_driver"), ("CUDA", "cuda_version"),
-            ("CPU", "cpu_model"), ("CPUs", "cpu_count"), ("host", "hostname"))
-SOFTWARE = (("framework", "framework_version"), ("Python", "python_version"), ("numpy", "numpy_version"),
+HARDWARE = (("device", "device_kind"), ("GPU", "gpu_model"), ("driver", "gpu_driver"),
+            ("driver's CUDA", "driver_cuda_version"), ("CPU", "cpu_model"), ("CPUs", "cpu_count"), ("host", "hostname"))
+SOFTWARE = (("framework", "framework_version"), ("framework's CUDA", "framework_cuda_version"),
+            ("framework's cuDNN", "framework_cudnn_version"), ("cuDNN loaded", "cudnn_loaded_version"),
+            ("Python", "python_version"), ("numpy", "numpy_version"),
             ("Ray", "ray_version"), ("OS", "os"), ("engine", "engine_version"), ("commit", "git_commit"))
 
 

@@ -10,6 +10,7 @@ import mxnet as mx  # noqa: E402  (trainables.mxnet aliases np.bool first)
 from mxnet import autograd, gluon
 from mxnet.contrib import amp
 
+from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.mxnet import models
 from trainables.loop import Devices
@@ -58,7 +59,10 @@ class Backend:
     layout = "NCHW"
     put_ahead = False  # MXNet's Python front end is not thread-safe: put() stays on the training thread
     framework_version = f"mxnet {mx.__version__}"
-    cudnn_version = None  # MXNet reports whether it has cuDNN, not which
+    # MXNet names no CUDA version; its wheel's name does (mxnet-cu117: 11.7). Of cuDNN it reports
+    # whether it was built with it, not which: the loaded library's version says what ran.
+    framework_cuda_version = cuda_in_name("mxnet") if mx.runtime.Features().is_enabled("CUDA") else None
+    framework_cudnn_version = None
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         mx.random.seed(cfg.seed)
@@ -71,7 +75,9 @@ class Backend:
         self.image_size = image_size
         self.batch_per_gpu = cfg.batch_per_gpu
         self.net = models.build(cfg.model, image_size)
-        self.net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self.ctx)
+        scale = zoo.UNIFORM_INIT.get(cfg.model)
+        init = mx.init.Uniform(scale) if scale else mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
+        self.net.initialize(init, ctx=self.ctx)
         self.net.hybridize(static_alloc=True, static_shape=True)
         # dist_sync: the servers sum the workers' gradients and each worker updates its own copy, so the
         # optimizer state is local and a checkpoint holds it. dist_async: MXNet updates on the servers,
@@ -103,8 +109,11 @@ class Backend:
         return mx.nd.contrib.BilinearResize2D(x, height=self.image_size, width=self.image_size)
 
     def put(self, x: np.ndarray, y: np.ndarray) -> Any:
-        xs = gluon.utils.split_and_load(x, self.ctx, even_split=False)
-        ys = gluon.utils.split_and_load(y.astype(np.float32), self.ctx, even_split=False)
+        # A last validation batch of fewer images than devices goes to as many devices as it has images:
+        # split_and_load would make empty slices, which MXNet 1.9.1 cannot copy to a device.
+        ctx = self.ctx[:max(1, min(len(x), len(self.ctx)))]
+        xs = gluon.utils.split_and_load(x, ctx, even_split=False)
+        ys = gluon.utils.split_and_load(y.astype(np.float32), ctx, even_split=False)
         return [self._resize(part) for part in xs], ys
 
     def synthetic(self) -> Any:
@@ -139,7 +148,7 @@ class Backend:
         mx.nd.waitall()
         trainer._kvstore._barrier()
 
-    def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
+    def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
         xs, ys = batch
         if lr != self.trainer.learning_rate:
             self.trainer.set_learning_rate(lr)
@@ -161,11 +170,18 @@ class Backend:
         # One host read per device synchronises the step (the clock is read after it).
         stats = [mx.nd.stack(l.sum(), (o.argmax(axis=1) == y).sum()).asnumpy() for l, o, y in zip(losses, outs, ys)]
         total = np.sum(stats, axis=0)
-        return float(total[0]), int(total[1])
+        return float(total[0]), int(total[1]), sum(o.shape[0] for o in outs)
 
-    def eval_step(self, batch: Any) -> int:
+    def eval_step(self, batch: Any) -> tuple[int, int]:
         xs, ys = batch
-        return int(sum((self.net(x).argmax(axis=1) == y).sum().asscalar() for x, y in zip(xs, ys)))
+        outs = [self.net(x) for x in xs]
+        return (int(sum((o.argmax(axis=1) == y).sum().asscalar() for o, y in zip(outs, ys))),
+                sum(o.shape[0] for o in outs))
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """The model's outputs for host images (in this backend's layout), on the first device: the
+        tests' reference for the accuracies the loop counts."""
+        return self.net(self._resize(mx.nd.array(x, ctx=self.ctx[0]))).asnumpy()
 
     def precision_columns(self) -> dict[str, Any]:
         """How the trial's arithmetic ran: the layout, whether TF32 was allowed on a GPU, amp's loss scale now."""

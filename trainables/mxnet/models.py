@@ -202,7 +202,8 @@ def inception_v3() -> nn.HybridBlock:
 def cifar10_conv() -> nn.HybridBlock:
     """Neon's examples/cifar10_conv.py: neon's Conv and Affine add a bias only when given one, and the
     example gives none, so no layer here has a bias. (Neon's later versions add batch norm; seed 002's
-    version is the plain one.)"""
+    version is the plain one.) Its weights start as Neon's, Uniform(-0.1, 0.1): zoo.UNIFORM_INIT, set
+    by the backend."""
     net = nn.HybridSequential()
     net.add(nn.Conv2D(16, 5, use_bias=False, activation="relu"), nn.MaxPool2D(2, 2),
             nn.Conv2D(32, 5, use_bias=False, activation="relu"), nn.MaxPool2D(2, 2),

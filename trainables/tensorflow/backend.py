@@ -22,6 +22,7 @@ SUM = tf.distribute.ReduceOp.SUM
 # Keras' mixed-precision policies: fp32 variables, 16-bit compute. fp32 and tf32 compute in float32
 # (tf32: TensorFlow's default, TF32 tensor cores allowed on Ampere and later GPUs; fp32: not allowed).
 POLICIES = {"fp32": "float32", "tf32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+PAD = -1  # the label of a padding image: no argmax equals it
 
 
 def build() -> Build:
@@ -37,7 +38,8 @@ class Backend:
     layout = "NHWC"
     put_ahead = True  # TensorFlow's eager ops may run on any thread: batches go to the devices on the prefetch thread
     framework_version = f"tensorflow {tf.__version__}"
-    cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
+    framework_cuda_version = tf.sysconfig.get_build_info().get("cuda_version")  # absent from a CPU build
+    framework_cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         self.parameter_server = cfg.variable_update == "parameter_server"
@@ -98,10 +100,11 @@ class Backend:
             # The loss-scale optimizer divides the gradients by the scale: the decay term is scaled with them.
             decay = wd_share * (tf.cast(opt.dynamic_scale, tf.float32) if scaled else 1.0)
             opt.apply_gradients([(g + decay * v, v) for g, v in zip(grads, variables)])
-            return loss_sum, correct
+            return loss_sum, correct, tf.shape(y)[0]
 
-        def replica_eval(x, y):
-            return self._correct(model(self._resize(x), training=False), y)
+        def replica_eval(x, y):  # a padding image (label PAD, see put) is neither right nor counted
+            logits = model(self._resize(x), training=False)
+            return self._correct(logits, y), tf.reduce_sum(tf.cast(y != PAD, tf.int32))
 
         if self.parameter_server:
             # A step is one scheduled call per worker; the coordinator waits for the round.
@@ -156,7 +159,11 @@ class Backend:
         if self.parameter_server:  # one part per worker, sent with its scheduled step
             return [(tf.constant(a), tf.constant(b)) for a, b in zip(np.array_split(x, self.nodes), np.array_split(y, self.nodes))]
         n = self.strategy.num_replicas_in_sync // self.nodes  # this worker's replicas
-        parts = list(zip(np.array_split(x, n), np.array_split(y, n)))
+        # A last validation batch of fewer images than replicas leaves some without one: they get one
+        # padding image each (a convolution on an empty batch fails on CPU), labelled PAD, never scored.
+        parts = [(a, b) if len(a) else (np.zeros_like(x[:1]), np.full(1, PAD, np.int32))
+                 for a, b in zip(np.array_split(x, n), np.array_split(y, n))]
+        # value_fn runs under each replica's device scope, so each slice lands on its own device.
         return self.strategy.experimental_distribute_values_from_function(
             lambda ctx: self._on_replica(ctx, lambda i: tuple(tf.constant(a) for a in parts[i])))
 
@@ -183,7 +190,7 @@ class Backend:
                                                                  tf.random.uniform((b,), 0, 10, dtype=tf.int32))))
         return self._synthetic
 
-    def train_step(self, batch: Any, lr: float) -> tuple[float, int]:
+    def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
         if lr != self._lr:
             self.sgd.learning_rate.assign(lr)
             self._lr = lr
@@ -192,16 +199,27 @@ class Backend:
             rounds = [self.coordinator.schedule(step, args=part if isinstance(part, tuple) else (part,)) for part in batch]
             self.coordinator.join()
             values = [r.fetch() for r in rounds]
-            return float(sum(v[0] for v in values)), int(sum(v[1] for v in values))
-        loss, correct = self._train(*batch)
-        local = self.strategy.experimental_local_results
+            return float(sum(v[0] for v in values)), int(sum(v[1] for v in values)), int(sum(v[2] for v in values))
+        loss, correct, images = self._train(*batch)
         # Host reads synchronise the step.
-        return float(sum(t.numpy() for t in local(loss))), int(sum(t.numpy() for t in local(correct)))
+        return float(self._local_sum(loss)), int(self._local_sum(correct)), int(self._local_sum(images))
 
-    def eval_step(self, batch: Any) -> int:
+    def eval_step(self, batch: Any) -> tuple[int, int]:
         if self.parameter_server:  # the coordinator evaluates inline, reading the parameter servers
-            return int(sum(self._eval(x, y).numpy() for x, y in batch))
-        return int(sum(t.numpy() for t in self.strategy.experimental_local_results(self._eval(*batch))))
+            # (a worker's part of a last batch of fewer images than workers is empty: nothing to score)
+            values = [self._eval(x, y) for x, y in batch if x.shape[0]]
+            return int(sum(v[0].numpy() for v in values)), int(sum(v[1].numpy() for v in values))
+        correct, images = self._eval(*batch)
+        return int(self._local_sum(correct)), int(self._local_sum(images))
+
+    def _local_sum(self, value: Any) -> Any:
+        """The sum of this worker's replicas' values."""
+        return sum(t.numpy() for t in self.strategy.experimental_local_results(value))
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        """The model's outputs for host images (NHWC), on the first device: the tests' reference for
+        the accuracies the loop counts."""
+        return self.model(self._resize(tf.constant(x)), training=False).numpy()
 
     def device_peak_mib(self) -> list[float] | None:
         if self.devices.kind != "gpu" or self.parameter_server:  # the workers' allocators are not this process's

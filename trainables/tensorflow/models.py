@@ -62,7 +62,7 @@ def _pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
-def _conv(x, channels: int, kernel, stride: int, pad=None, bias: bool = False, activation=None):
+def _conv(x, channels: int, kernel, stride: int, pad=None, bias: bool = False, activation=None, init=None):
     # Symmetric padding, as MXNet pads. At stride 1 with pad = kernel // 2 that is Keras' "same",
     # done inside the convolution; elsewhere ("same" pads stride-2 convs asymmetrically) an explicit
     # ZeroPadding2D, which costs a copy of the activations.
@@ -74,7 +74,7 @@ def _conv(x, channels: int, kernel, stride: int, pad=None, bias: bool = False, a
     elif ph or pw:
         x = layers.ZeroPadding2D(((ph, ph), (pw, pw)))(x)
     return layers.Conv2D(channels, kernel, stride, padding=padding, use_bias=bias, activation=activation,
-                         kernel_initializer=_kernel_init())(x)
+                         kernel_initializer=(init or _kernel_init)())(x)
 
 
 def _conv_bn(x, channels: int, kernel, stride: int = 1, pad=0, relu: bool = True):
@@ -83,8 +83,8 @@ def _conv_bn(x, channels: int, kernel, stride: int = 1, pad=0, relu: bool = True
     return layers.Activation("relu")(x) if relu else x
 
 
-def _dense(x, units: int, bias: bool = True, activation=None):
-    return layers.Dense(units, activation=activation, use_bias=bias, kernel_initializer=_kernel_init())(x)
+def _dense(x, units: int, bias: bool = True, activation=None, init=None):
+    return layers.Dense(units, activation=activation, use_bias=bias, kernel_initializer=(init or _kernel_init)())(x)
 
 
 class OptionAShortcut(layers.Layer):
@@ -224,12 +224,15 @@ def inception_v3(image_size: int) -> keras.Model:
 
 
 def cifar10_conv(image_size: int) -> keras.Model:
-    # Neon's example gives no layer a bias (see trainables/mxnet/models.py).
+    # Neon's example gives no layer a bias (see trainables/mxnet/models.py), and its weights start
+    # Uniform(-a, a) (zoo.UNIFORM_INIT; MXNet's side initialises the same).
+    scale = zoo.UNIFORM_INIT.get("cifar10_conv")
+    init = (lambda: keras.initializers.RandomUniform(-scale, scale)) if scale else None
     inputs = keras.Input((image_size, image_size, 3))
-    x = layers.MaxPooling2D(2, 2)(_conv(inputs, 16, 5, 1, 0, activation="relu"))
-    x = layers.MaxPooling2D(2, 2)(_conv(x, 32, 5, 1, 0, activation="relu"))
-    x = _dense(layers.Flatten()(x), 500, bias=False, activation="relu")
-    return keras.Model(inputs, _dense(x, zoo.NUM_CLASSES, bias=False))
+    x = layers.MaxPooling2D(2, 2)(_conv(inputs, 16, 5, 1, 0, activation="relu", init=init))
+    x = layers.MaxPooling2D(2, 2)(_conv(x, 32, 5, 1, 0, activation="relu", init=init))
+    x = _dense(layers.Flatten()(x), 500, bias=False, activation="relu", init=init)
+    return keras.Model(inputs, _dense(x, zoo.NUM_CLASSES, bias=False, init=init))
 
 
 def alexnet(image_size: int) -> keras.Model:

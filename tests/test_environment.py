@@ -1,0 +1,95 @@
+"""Environment columns that say what ran: the driver's CUDA, each framework's CUDA and cuDNN build, the
+cuDNN loaded, each from its own source; older runs' cuda_version and cudnn_version still read."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT
+from test_frameworks import FAKE_NVIDIA_SMI
+
+from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, LEGACY_COLUMNS
+from sweep.store import RunStore
+from trainables import environment
+
+NEW = ("driver_cuda_version", "framework_cuda_version", "framework_cudnn_version", "cudnn_loaded_version")
+
+# Each framework's own account of its build, read in a process of its own.
+BUILD_INFO = {
+    "tensorflow": "import json, tensorflow as tf; i = tf.sysconfig.get_build_info(); "
+                  "print(json.dumps([i.get('cuda_version'), i.get('cudnn_version')]))",
+    "mxnet": "import json, trainables.mxnet, mxnet as mx; f = mx.runtime.Features(); "
+             "print(json.dumps([f.is_enabled('CUDA'), f.is_enabled('CUDNN')]))",
+}
+
+
+def test_schema_names_each_version_once() -> None:
+    assert set(NEW) <= set(ENV_COLUMNS)
+    assert not set(LEGACY_COLUMNS) & set(EPOCH_SCHEMA.names)
+
+
+@pytest.mark.parametrize("framework", ["mxnet", "tensorflow"])
+def test_a_trials_rows_carry_the_frameworks_own_build_facts(framework: str) -> None:
+    config = {"framework": framework, "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 4, "epochs": 1,
+              "steps_per_epoch": 1, "warmup_steps": 0, "lr": 0.05, "data": "synthetic"}
+    out = subprocess.run([sys.executable, "-m", "trainables.local", json.dumps(config), "--emulate"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+    info = subprocess.run([sys.executable, "-c", BUILD_INFO[framework]], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    first, second = json.loads(info.stdout.strip().splitlines()[-1])
+    if framework == "tensorflow":  # its build info names both versions (neither, in a CPU build)
+        assert (row["framework_cuda_version"], row["framework_cudnn_version"]) == (first, second)
+    else:  # MXNet says only whether it has CUDA and cuDNN: this machine's build has neither
+        assert (first, second) == (False, False) and row["framework_cuda_version"] is None
+        assert row["framework_cudnn_version"] is None
+    # No GPU: no driver to ask, no cuDNN loaded.
+    assert row["driver_cuda_version"] is None and row["cudnn_loaded_version"] is None
+    assert not set(LEGACY_COLUMNS) & set(row)
+
+
+def test_driver_cuda_is_the_drivers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """On a GPU node (only nvidia-smi faked) the driver's CUDA goes to its own column."""
+    (tmp_path / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    found = environment.capture("gpu", 1)
+    assert (found["gpu_model"], found["gpu_driver"], found["driver_cuda_version"]) == (
+        "NVIDIA H100 80GB HBM3", "580.159.04", "13.0")
+
+
+def test_loaded_cudnn_is_read_from_the_library_in_the_process(tmp_path: Path) -> None:
+    """A library that answers cudnnGetVersion as cuDNN 9.5.1 does, named in the process's memory map."""
+    assert environment.loaded_cudnn_version() is None  # this process, before the fake is loaded: none
+    source = tmp_path / "cudnn.c"
+    source.write_text("#include <stddef.h>\nsize_t cudnnGetVersion(void) { return 90501; }\n")
+    library = tmp_path / "libcudnn.so.9"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    maps = tmp_path / "maps"
+    maps.write_text(f"7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libc.so.6\n7f02-7f03 r-xp 00000000 08:01 2 {library}\n")
+    assert environment.loaded_cudnn_version(str(maps)) == "9.5.1"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/libc.so.6\n")
+    assert environment.loaded_cudnn_version(str(maps)) is None  # no cuDNN loaded
+    assert environment.cudnn_version_text(8902) == "8.9.2" and environment.cudnn_version_text(90300) == "9.3.0"
+
+
+def test_an_older_runs_columns_read_into_the_new_ones(tmp_path: Path) -> None:
+    """A run written before the split: its cuda_version (the driver's) and cudnn_version (TensorFlow's
+    build) are read as driver_cuda_version and framework_cudnn_version; the new columns it lacks are None."""
+    old_schema = pa.schema([f for f in EPOCH_SCHEMA if f.name not in NEW] +
+                           [pa.field("cuda_version", pa.string()), pa.field("cudnn_version", pa.string())])
+    row = {"sweep": "s", "run_id": "r", "trial_id": "t1", "epoch": 0, "status": "completed", "reported_at": 1.0,
+           "framework": "tensorflow", "cuda_version": "13.0", "cudnn_version": "9"}
+    (tmp_path / "epochs").mkdir()
+    pq.write_table(pa.Table.from_pylist([row], schema=old_schema), tmp_path / "epochs" / "t1.parquet")
+    read = RunStore(tmp_path).epochs().iloc[0]
+    assert (read["driver_cuda_version"], read["framework_cudnn_version"]) == ("13.0", "9")
+    assert read["framework_cuda_version"] is None and read["cudnn_loaded_version"] is None
+    assert "cuda_version" not in read.index and "cudnn_version" not in read.index
