@@ -15,6 +15,7 @@ watchdog prints the engine's line with the resume command first and exits with L
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
@@ -22,7 +23,7 @@ import threading
 import time
 from typing import Callable
 
-from sweep.errors import ClusterError
+from sweep.errors import ClusterError, UsageError
 from sweep.limits import quote, shown
 
 LOST_EXIT = 75  # sysexits' EX_TEMPFAIL: nothing is wrong with the input; resume once the cluster is back
@@ -30,6 +31,7 @@ PROBE_TIMEOUT_S = 4.0
 # Ray's driver ends itself this long after the GCS goes (its gcs_rpc_server_reconnect_timeout_s); a GCS
 # with fault tolerance (Redis) may come back within it.
 RAY_RECONNECT_S = 60.0
+GRACE_VARIABLE = "SWEEP_GCS_GRACE_S"  # how long a joined cluster's GCS may be away: RAY_RECONNECT_S by default
 # An embedded Ray's GCS has no fault tolerance: once its port refuses connections, it is gone. A GCS that
 # is there but silent (an overloaded machine) gets longer, still short of Ray's own minute.
 EMBEDDED_GONE_S, EMBEDDED_SILENT_S = 10.0, 45.0
@@ -151,6 +153,21 @@ def cluster_lost(watch_s: float = 0.0, timeout_s: float = 2.0) -> str | None:
         time.sleep(0.5)
 
 
+def joined_grace() -> float:
+    """Seconds a joined cluster's GCS may be away before the run ends: $SWEEP_GCS_GRACE_S, else Ray's minute
+    (a GCS with fault tolerance that takes longer to come back needs more; a test that kills one, less)."""
+    raw = os.environ.get(GRACE_VARIABLE)
+    if raw is None:
+        return RAY_RECONNECT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 1 <= seconds <= 3600:
+        raise UsageError(f"{GRACE_VARIABLE}: expected seconds from 1 to 3600, got {quote(raw)}")
+    return seconds
+
+
 def outlast_ray(joined: bool) -> None:
     """On a joined cluster, let the watchdog speak before Ray's driver code ends the process.
 
@@ -158,7 +175,7 @@ def outlast_ray(joined: bool) -> None:
     Set before ray.init; a value the user set stays.
     """
     if joined:
-        os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(int(RAY_RECONNECT_S * 3)))
+        os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(int(joined_grace() * 3)))
 
 
 class Watchdog:

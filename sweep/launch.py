@@ -65,7 +65,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
                                 job_name=launch.sweep.name, nodes=launch.nodes, emulated=bool(launch.emulated))
     opened = threading.Event()  # set once the run's folder exists: then a loss has a run to resume
     # A joined cluster's GCS may come back within Ray's own minute (fault tolerance); an embedded one never does.
-    gone, silent = (gcs.RAY_RECONNECT_S,) * 2 if launch.address else (gcs.EMBEDDED_GONE_S, gcs.EMBEDDED_SILENT_S)
+    gone, silent = (gcs.joined_grace(),) * 2 if launch.address else (gcs.EMBEDDED_GONE_S, gcs.EMBEDDED_SILENT_S)
     try:
         with gcs.Watchdog(ray.get_runtime_context().gcs_address, gone, silent, lambda why: _lost(args, launch, opened, why)):
             return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]), opened)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import keras
 import numpy as np
-import tensorflow as tf
+import tensorflow as tf  # before keras: where TensorFlow is missing, the framework check names it, not keras
+import keras  # noqa: E402,I001
 
 from trainables.config import TrialConfig
 from trainables.loop import Devices
@@ -48,8 +48,13 @@ class Backend:
             raise ValueError("TensorFlow's multi-worker strategies use one CPU device per worker: emulate "
                              f"gpus_per_node 1, not {cfg.gpus_per_node} (on GPU nodes any count works)")
         threads = cfg.cpus
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        if (tf.config.threading.get_intra_op_parallelism_threads(),
+                tf.config.threading.get_inter_op_parallelism_threads()) != (threads, threads):
+            try:
+                tf.config.threading.set_intra_op_parallelism_threads(threads)
+                tf.config.threading.set_inter_op_parallelism_threads(threads)
+            except RuntimeError:  # TensorFlow already ran in this process (a reused Ray worker, a test):
+                pass  # its thread pools are fixed until the process ends; the rows' `threads` says what Ray gave
         tf.keras.utils.set_random_seed(cfg.seed)
         # Process-wide switches, set by every trial (a process may have run another trial before).
         tf.config.experimental.enable_tensor_float_32_execution(cfg.precision != "fp32")
@@ -129,9 +134,11 @@ class Backend:
         n = devices.count
         if devices.kind == "gpu":
             return tf.distribute.MirroredStrategy(devices=[f"/gpu:{i}" for i in range(n)])
-        # Emulated: as many logical CPU devices, set before TensorFlow initialises.
+        # Emulated: as many logical CPU devices, set before TensorFlow initialises (a process where it
+        # already ran with enough of them, or one device wanted, keeps what it has).
         cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+        if n > max(1, len(tf.config.get_logical_device_configuration(cpu) or ())):
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
         return tf.distribute.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(n)])
 
     def precision_columns(self) -> dict[str, Any]:
