@@ -104,7 +104,9 @@ def sweep_trees(draw) -> dict:
         if where == "top":
             doc[key] = value
         elif where == "include":
-            doc.setdefault("include", []).append({key: value})
+            if not isinstance(doc.get("include"), list):  # an earlier draw may have set it to anything
+                doc["include"] = []
+            doc["include"].append({key: value})
         elif where == "scales":
             doc["scales"] = {draw(st.sampled_from([*spec.SCALES, "x"])): {draw(st.sampled_from(["fixed", "grid"])): {key: value}}}
         elif isinstance(doc.get(where), dict):
