@@ -139,7 +139,7 @@ def _check_emulation(nodes: int, gpus_per_node: int) -> None:
                          f"{limits.MAX_EMULATED_GPUS} per node: run them on a cluster (--address)")
 
 
-def _check_emulated_precision(trials: list) -> None:
+def _check_emulated_precision(trials: list[TrialConfig]) -> None:
     """Emulated devices are CPUs: MXNet 1.9.1 has no fp16 matrix multiply there (its first fp16 step fails
     with "FP16 gemm on cpu not implemented"), so its fp16 trials need GPUs. TensorFlow runs fp16 on a CPU."""
     for t in trials:
@@ -327,7 +327,8 @@ def _plan(launch: Launch, trials: list[TrialConfig], target: Target,
           max_concurrent: int | None) -> tuple[Plan, list[TrialConfig]]:
     """The plan of this session's trials on the cluster Ray reports, printed: it heads the run's output."""
     results = launch.results
-    plan, ordered = build(launch.sweep, launch.scale, trials, target, estimates.history(results), last_run(results, launch.sweep.name), max_concurrent)
+    plan, ordered = build(launch.sweep, launch.scale, trials, target, estimates.history(results),
+                          last_run(results, launch.sweep.name), max_concurrent)
     for line in plan.lines():
         print(line)
     return plan, ordered

@@ -13,6 +13,7 @@ from sweep import limits
 from trainables import zoo
 from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, VARIABLE_UPDATES, field_names
 
+
 def integer(lo: int, hi: int, allow_none: bool = False) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         if v is None and allow_none:

@@ -89,6 +89,7 @@ class SlowStartBackend:
     framework_version = "fake 0"
     framework_cuda_version = None
     framework_cudnn_version = None
+    put_ahead = False
 
     def __init__(self, slow_steps: int, slow_s: float, fast_s: float) -> None:
         self.slow_steps, self.slow_s, self.fast_s, self.steps = slow_steps, slow_s, fast_s, 0

@@ -153,7 +153,7 @@ class TrialLoop:
         cfg, backend, cifar = self.cfg, self.backend, self.cifar
         host = data.train_batches(cifar.train_x, cifar.train_y, cfg.global_batch, self.steps, cfg.seed, epoch,
                                   backend.layout, self.shard.rank, self.shard.count)
-        if getattr(backend, "put_ahead", False):
+        if backend.put_ahead:
             return data.prefetch(backend.put(x, y) for x, y in host)
         return (backend.put(x, y) for x, y in data.prefetch(host))
 
