@@ -1,0 +1,1 @@
+"""PyTorch trainables: DistributedDataParallel, one process per device."""
