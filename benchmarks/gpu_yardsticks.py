@@ -118,7 +118,7 @@ def ours_figures(trials, cells: list[Cell]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for cell in cells:
         rows = trials[(trials.batch_per_gpu == cell.batch) & (trials.precision == cell.precision)
-                      & (trials.xla == cell.xla)]
+                      & (trials.compile == cell.xla)]
         done = rows[rows.status == "completed"]
         out[cell.label] = float(done.steady_images_per_sec.iloc[0]) if len(done) else None
     return out

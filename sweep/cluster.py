@@ -6,8 +6,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-# Environment of every trial process: quiet TensorFlow logs on each worker.
-TRIAL_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+# Environment of every trial process: quiet TensorFlow logs on each worker; the driver's settings that
+# trials read (SWEEP_DDP_TIMEOUT_S: how long a PyTorch rank waits for its peers, trainables/pytorch/backend.py).
+TRIAL_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning",
+             **{k: os.environ[k] for k in ("SWEEP_DDP_TIMEOUT_S",) if k in os.environ}}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,10 @@ def parse(texts: list[str] | None) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key:
             raise SpecError(f"--set {text}: expected key=value (for example --set lr=0.1)")
+        try:
+            key = settings.renamed(key, f"--set {text}", out)  # xla: compile's old name
+        except ValueError as e:
+            raise SpecError(str(e)) from None
         if key in out:
             raise SpecError(f"--set {text}: {key} is set twice")
         if key not in settings.CHECKS:

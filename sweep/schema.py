@@ -48,7 +48,7 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
     "weight_decay": pa.float64(), "data": pa.string(), "image_size": pa.int64(),
     "steps_per_epoch": pa.int64(), "val_examples": pa.int64(), "warmup_steps": pa.int64(), "seed": pa.int64(),
     "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
-    "variable_update": pa.string(), "precision": pa.string(), "xla": pa.bool_(), "cpus_per_gpu": pa.int64(),
+    "variable_update": pa.string(), "precision": pa.string(), "compile": pa.bool_(), "cpus_per_gpu": pa.int64(),
 }
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
 ENV_COLUMNS: dict[str, pa.DataType] = {
@@ -69,12 +69,15 @@ ENV_COLUMNS: dict[str, pa.DataType] = {
 # How the trial's arithmetic ran, as its framework reports it (absent, so null, in rows of older runs):
 # the layout its images and convolutions used, whether TF32 tensor cores were allowed (None where the
 # framework cannot say), and the last dynamic loss scale (None without loss scaling).
+# `compiler` names the graph compiler that ran (xla, inductor), None where none did.
 PRECISION_COLUMNS: dict[str, pa.DataType] = {
-    "layout": pa.string(), "tf32_allowed": pa.bool_(), "loss_scale": pa.float64(),
+    "layout": pa.string(), "tf32_allowed": pa.bool_(), "loss_scale": pa.float64(), "compiler": pa.string(),
 }
 # Columns of runs written before the ones above split them: old name -> the column it is read into.
 # cuda_version was the driver's CUDA, cudnn_version the framework's cuDNN build (TensorFlow's).
-LEGACY_COLUMNS: dict[str, str] = {"cuda_version": "driver_cuda_version", "cudnn_version": "framework_cudnn_version"}
+# xla was compile's name (trainables/config.py RENAMED).
+LEGACY_COLUMNS: dict[str, str] = {"cuda_version": "driver_cuda_version", "cudnn_version": "framework_cudnn_version",
+                                  "xla": "compile"}
 EPOCH_SCHEMA = pa.schema({
     "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "epoch": pa.int64(),
     "status": pa.string(), "scale": pa.string(),

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from sweep import limits
 from trainables import zoo
-from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, VARIABLE_UPDATES, field_names
+from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, RENAMED, VARIABLE_UPDATES, field_names
 
 
 def integer(lo: int, hi: int, allow_none: bool = False) -> Callable[[Any], str | None]:
@@ -87,9 +87,19 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "gpus_per_node": _setting_int("gpus_per_node", 1),
     "variable_update": _choice(VARIABLE_UPDATES),
     "precision": _choice(PRECISIONS),
-    "xla": _bool,
+    "compile": _bool,
 }
 # Set by the engine, never by a sweep file.
 DERIVED = {"lr_rule", "cpus_per_gpu"}
 assert set(CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
+
+
+def renamed(key: str, where: str, given: dict[str, Any]) -> str:
+    """A setting's name today (RENAMED: `xla` is `compile`); a ValueError when `given` names it both ways."""
+    new = RENAMED.get(key)
+    if new and new in given:
+        raise ValueError(f"{where}: {key} is the old name of {new}: give one of them")
+    return new or key
+
+
 REQUIRED = ("framework", "model", "batch_per_gpu", "epochs")  # and num_gpus or gpus_per_node

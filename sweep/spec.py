@@ -31,8 +31,8 @@ from sweep import environments, limits
 from sweep.environments import Environment
 from sweep.errors import SpecError
 from sweep.limits import quote, shown
-from sweep.settings import CHECKS, DERIVED, REQUIRED, integer, number
-from trainables.config import TrialConfig, field_names
+from sweep.settings import CHECKS, DERIVED, REQUIRED, integer, number, renamed
+from trainables.config import RENAMED, TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 SCALES = ("smoke", "full")
@@ -270,7 +270,25 @@ def _check_value(where: str, field: str, key: str, value: Any) -> None:
         raise SpecError(f"{where}: {field}: expected {expected}, got {quote(value)}")
 
 
+def _renamed_settings(where: str, prefix: str, section: dict[str, Any]) -> None:
+    """Settings given by an old name (`xla`) under their name today (`compile`), in place and in order."""
+    def rename(field: str, values: Any) -> Any:
+        if not isinstance(values, dict) or not any(k in RENAMED for k in values):
+            return values
+        try:
+            return {renamed(k, f"{where}: {field}", values): v for k, v in values.items()}
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+
+    for name in ("fixed", "grid"):
+        if name in section:
+            section[name] = rename(f"{prefix}{name}", section[name])
+    if isinstance(section.get("include"), list):
+        section["include"] = [rename(f"{prefix}include[{i}]", e) for i, e in enumerate(section["include"])]
+
+
 def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
+    _renamed_settings(where, prefix, section)
     fixed = section.get("fixed", {})
     if not isinstance(fixed, dict):
         raise SpecError(f"{where}: {prefix}fixed: expected a mapping of setting: value")
@@ -404,9 +422,9 @@ def _resolve(where: str, scale: str, values: dict[str, Any]) -> TrialConfig:
     if values.get("warmup_epochs", 0) >= values["epochs"] and values.get("warmup_epochs", 0) > 0:
         raise SpecError(f"{where}: warmup_epochs: expected fewer than epochs ({values['epochs']}), got {values['warmup_epochs']}")
     _check_distribution(where, values)
-    if values["framework"] == "mxnet" and values.get("xla", False):
-        raise SpecError(f"{where}: xla: TensorFlow's compiler; MXNet has none (its graphs are fused by hybridize, "
-                        f"which every MXNet trial does): set xla false for MXNet trials")
+    if values["framework"] == "mxnet" and values.get("compile", False):
+        raise SpecError(f"{where}: compile: MXNet has no graph compiler (its graphs are fused by hybridize, "
+                        f"which every MXNet trial does): set compile false for MXNet trials")
     return TrialConfig.from_dict(values)
 
 
@@ -427,7 +445,7 @@ def _resolve_gpus(where: str, scale: str, values: dict[str, Any]) -> None:
 
 
 def _check_distribution(where: str, values: dict[str, Any]) -> None:
-    """Each framework's own way to spread a trial: MXNet's kvstore, TensorFlow's variable_update."""
+    """Each framework's own way to spread a trial: MXNet's kvstore, TensorFlow's variable_update, PyTorch's DDP."""
     framework, kvstore = values["framework"], values.get("kvstore", "device")
     if framework == "mxnet" and values.get("variable_update", "replicated") != "replicated":
         raise SpecError(f"{where}: variable_update: a TensorFlow setting; MXNet trials choose a kvstore "
@@ -435,6 +453,12 @@ def _check_distribution(where: str, values: dict[str, Any]) -> None:
     if framework == "mxnet" and values.get("nodes", 1) > 1 and not kvstore.startswith("dist"):
         raise SpecError(f"{where}: kvstore: an MXNet trial on {values['nodes']} nodes needs dist_sync or dist_async, "
                         f"got {kvstore}")
+    if framework == "pytorch" and kvstore.startswith("dist"):
+        raise SpecError(f"{where}: kvstore: {kvstore} is MXNet's; PyTorch trials run DistributedDataParallel "
+                        f"(one process per GPU, on one node or several)")
+    if framework == "pytorch" and values.get("variable_update", "replicated") != "replicated":
+        raise SpecError(f"{where}: variable_update: a TensorFlow setting; PyTorch trials all-reduce their gradients "
+                        f"(DistributedDataParallel)")
     if framework == "tensorflow" and kvstore.startswith("dist"):
         raise SpecError(f"{where}: kvstore: {kvstore} is MXNet's; TensorFlow trials choose variable_update "
                         f"(replicated or parameter_server)")

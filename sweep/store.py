@@ -38,7 +38,7 @@ from sweep.errors import StoreError
 from sweep.limits import name_problem, quote
 from sweep.location import Location, RemotePath, at
 from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, LEGACY_COLUMNS, PRECISION_COLUMNS, TRIAL_SCHEMA, Status
-from trainables.config import ADDED_LATER, TrialConfig
+from trainables.config import ADDED_LATER, RENAMED, TrialConfig
 from trainables.probe import FrameworkCheck
 
 
@@ -180,7 +180,7 @@ def new_run_id() -> str:
 
 def _read_table(path: Location, schema: pa.Schema) -> pa.Table:
     # Read with the legacy columns too, so that an older run's values land in the columns that replaced them.
-    with_legacy = pa.schema(list(schema) + [pa.field(old, pa.string()) for old in LEGACY_COLUMNS])
+    with_legacy = pa.schema(list(schema) + [pa.field(old, schema.field(new).type) for old, new in LEGACY_COLUMNS.items()])
     try:
         if isinstance(path, RemotePath):
             table = pq.read_table(path.path, schema=with_legacy, filesystem=path.fs)
@@ -203,6 +203,7 @@ def _with_older_defaults(table: pa.Table) -> pa.Table:
     """Rows of runs stored before a setting existed ran at its default: say so, so that they group with
     today's rows of that default (a null precision would stand apart from "tf32" in every report)."""
     for name, value in ADDED_LATER.items():
+        name = RENAMED.get(name, name)
         column = table.column(name)
         if column.null_count:
             table = table.set_column(table.schema.get_field_index(name), name, pa.compute.fill_null(column, value))

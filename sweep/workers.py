@@ -11,8 +11,11 @@ bundle i go, all started into the trial's placement group so that Ray accounts f
 - TensorFlow, parameter_server: a worker server (with the GPUs) and a parameter server (on CPU, as
   in study 004) per node, both RoleProcesses; a TrialWorker holding no resources runs the loop as
   ParameterServerStrategy's coordinator, TensorFlow's "chief".
-- A one-node trial whose framework has its own environment (sweep/environments.py): one TrialWorker,
-  as the trainable runs in the driver's environment.
+- PyTorch on several GPUs (one node or several): a TrialWorker per GPU, each with one GPU and its share
+  of the bundle's CPUs, under DistributedDataParallel; torch's env:// rendezvous (MASTER_ADDR and a
+  port rank 0's actor found free, RANK, WORLD_SIZE, LOCAL_RANK) in each one's environment.
+- A one-node trial whose framework has its own environment (sweep/environments.py): one TrialWorker
+  (one per GPU for PyTorch), as the trainable runs in the driver's environment.
 
 Every actor starts in the framework's environment (Ray's runtime_env), and so do the server processes
 the RoleProcesses start (with the actor's interpreter).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import signal
 import socket
@@ -130,6 +134,14 @@ class TrialWorker:
             return _read_files(path)
 
 
+def cpu_share(cpus: int, gpus: int) -> float:
+    """One GPU's share of a bundle's CPUs, as Ray takes it: whole CPUs from 1 up, else a fraction rounded
+    down to Ray's 1/10,000 (so that the shares of all the bundle's GPUs never add up to more than it holds)."""
+    if cpus >= gpus:
+        return float(cpus // gpus)
+    return math.floor(cpus / gpus * 10_000) / 10_000
+
+
 def _read_files(path: str) -> dict[str, bytes]:
     out = {}
     for name in os.listdir(path):
@@ -159,10 +171,13 @@ class Group:
     def _at(self, bundle: int) -> PlacementGroupSchedulingStrategy:
         return PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
 
-    def worker(self, bundle: int, emulated: bool, with_devices: bool = True) -> Any:
-        """A TrialWorker; with_devices: it takes the bundle's GPUs and CPUs (else it drives others', as a coordinator)."""
+    def worker(self, bundle: int, emulated: bool, with_devices: bool = True, one_gpu: bool = False) -> Any:
+        """A TrialWorker; with_devices: it takes the bundle's GPUs and CPUs (else it drives others', as a coordinator);
+        one_gpu: one of the bundle's GPUs and that GPU's share of its CPUs (a process per GPU, as PyTorch's)."""
         cfg = self.cfg
         resources = {"num_cpus": cfg.cpus, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
+        if one_gpu:
+            resources = {"num_cpus": cpu_share(cfg.cpus, cfg.gpus_per_node), "num_gpus": 1}
         actor = TrialWorker.options(**resources, scheduling_strategy=self._at(bundle), **self.env).remote(emulated)
         self.actors.append(actor)
         self.workers.append(actor)
@@ -229,11 +244,15 @@ def run(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, 
 def _data_parallel(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report,
                    restore_dir: str | None) -> None:
     """Every worker runs the loop on its slice; the framework reduces gradients among them."""
-    workers = [group.worker(i, emulated) for i in range(cfg.nodes)]
-    envs = (_mxnet_roles(group, cfg) if cfg.kvstore.startswith("dist") else
-            _tensorflow_workers(group, workers) if cfg.nodes > 1 else [{}])  # [{}]: one worker on its own
-    restore = _read_files(restore_dir) if restore_dir else None
-    group.get([w.start.remote(cfg.to_dict(), env, data_dir, restore, Shard(rank, cfg.nodes))
+    if cfg.framework == "pytorch":  # a process per GPU
+        workers = [group.worker(i, emulated, one_gpu=True) for i in range(cfg.nodes) for _ in range(cfg.gpus_per_node)]
+        envs = _torch_ranks(group, cfg, workers)
+    else:
+        workers = [group.worker(i, emulated) for i in range(cfg.nodes)]
+        envs = (_mxnet_roles(group, cfg) if cfg.kvstore.startswith("dist") else
+                _tensorflow_workers(group, workers) if cfg.nodes > 1 else [{}])  # [{}]: one worker on its own
+    restore = _read_files(restore_dir) if restore_dir else None  # every rank restores; rank 0's state is saved
+    group.get([w.start.remote(cfg.to_dict(), env, data_dir, restore, Shard(rank, len(workers)))
                for rank, (w, env) in enumerate(zip(workers, envs))])
     _epochs(group, workers, cfg, report, restore_dir)
 
@@ -275,6 +294,16 @@ def _tensorflow_workers(group: Group, workers: list[Any]) -> list[dict[str, str]
     """MultiWorkerMirroredStrategy's TF_CONFIG for each worker, from the addresses they found free."""
     addresses = group.get([w.free_address.remote() for w in workers])
     return [{"TF_CONFIG": tf_config({"worker": addresses}, "worker", rank)} for rank in range(len(workers))]
+
+
+def _torch_ranks(group: Group, cfg: TrialConfig, workers: list[Any]) -> list[dict[str, str]]:
+    """torch's env:// rendezvous for each rank (node by node, GPU by GPU): rank 0's address and a port free there."""
+    if len(workers) == 1:
+        return [{}]  # one process: no process group
+    host, port = group.get([workers[0].free_address.remote()])[0].rsplit(":", 1)
+    return [{"MASTER_ADDR": host, "MASTER_PORT": port, "RANK": str(rank), "WORLD_SIZE": str(len(workers)),
+             "LOCAL_RANK": str(rank % cfg.gpus_per_node), "LOCAL_WORLD_SIZE": str(cfg.gpus_per_node)}
+            for rank in range(len(workers))]
 
 
 def _parameter_server(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report,

@@ -76,13 +76,14 @@ def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Pa
     run_dir = next((results / "resnet50_precision").iterdir())
     trials, epochs = pd.read_parquet(run_dir / "trials"), pd.read_parquet(run_dir / "epochs")
     assert set(trials.status) == {"completed"} and len(trials) == 10
-    assert {(r.framework, r.precision, bool(r.xla)) for r in trials.itertuples()} == {
+    assert {(r.framework, r.precision, bool(r.compile)) for r in trials.itertuples()} == {
         ("mxnet", "tf32", False), ("mxnet", "bf16", False), ("tensorflow", "tf32", False), ("tensorflow", "fp32", False),
         ("tensorflow", "bf16", False), ("tensorflow", "fp16", False), ("tensorflow", "fp16", True)}
     for row in trials.itertuples():
         assert row.layout == ("NCHW" if row.framework == "mxnet" else "NHWC")
         assert not row.tf32_allowed  # CPU devices: no TF32
         assert (row.loss_scale > 0) if row.precision == "fp16" else pd.isna(row.loss_scale)
+        assert row.compiler == ("xla" if row.compile else None)
         assert row.steady_images_per_sec > 0
     assert epochs.train_loss.notna().all() and set(epochs.precision) == {"tf32", "fp32", "bf16", "fp16"}
 
@@ -91,7 +92,7 @@ def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Pa
     built = report.build_report(report.load_run(run_dir))
     assert built.figures["speed_group"].nunique() == 9  # 10 trials: tensorflow tf32 at 1 and 2 GPUs share one
     table = next(t for t in built.ratios if t.name == "precision")
-    assert {"tf32", "fp32", "bf16", "fp16", "fp16 + XLA", "bf16 / tf32"} <= set(table.frame.columns)
+    assert {"tf32", "fp32", "bf16", "fp16", "fp16 + compiled", "bf16 / tf32"} <= set(table.frame.columns)
     assert table.frame.index.names == ["", "GPUs"] and set(table.frame.index.get_level_values("GPUs")) == {1, 2}
 
     # A run stored before these columns existed still reads, at the defaults it ran with.
@@ -99,9 +100,9 @@ def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Pa
 
     from sweep import store
     for path in (run_dir / "trials").glob("*.parquet"):
-        pq.write_table(pq.read_table(path).drop_columns(["precision", "xla", "layout", "tf32_allowed", "loss_scale"]), path)
+        pq.write_table(pq.read_table(path).drop_columns(["precision", "compile", "layout", "tf32_allowed", "loss_scale", "compiler"]), path)
     older = store.read_runs(str(results), "resnet50_precision", "trials")
-    assert list(older.precision) == ["tf32"] * 10 and not older.xla.any() and older.layout.isna().all()
+    assert list(older.precision) == ["tf32"] * 10 and not older.compile.any() and older.layout.isna().all()
 
 
 def test_synthetic_batches_are_made_on_each_device_once() -> None:

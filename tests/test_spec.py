@@ -104,7 +104,7 @@ def test_smoke_keeps_every_axis_of_the_full_grid() -> None:
     for sweep in spec.list_sweeps():
         full, smoke = sweep.trials("full"), sweep.trials("smoke")
         for key in ("framework", "num_gpus", "batch_per_gpu", "lr", "model", "data", "nodes", "kvstore",
-                    "variable_update", "precision", "xla"):
+                    "variable_update", "precision", "compile"):
             if len(axis(full, key)) > 1:
                 assert len(axis(smoke, key)) > 1, (sweep.name, key)
 
@@ -120,22 +120,42 @@ def test_trial_ids_are_stable_hashes_of_the_config() -> None:
 
 
 def test_settings_added_later_keep_older_trial_ids_at_their_defaults() -> None:
-    # The id above was stored before precision and xla existed: at their defaults it stays.
+    # The id above was stored before precision and xla (now compile) existed: at their defaults it stays.
     old = TrialConfig("mxnet", "resnet8_cifar", num_gpus=2, batch_per_gpu=8, epochs=1, lr=0.1)
     assert TrialConfig.from_dict(old.to_dict()).trial_id == "f5539eee0c"
-    assert old.precision == "tf32" and old.xla is False
+    assert old.precision == "tf32" and old.compile is False
     ids = {TrialConfig.from_dict({**old.to_dict(), **change}).trial_id
-           for change in [{"precision": "fp32"}, {"precision": "bf16"}, {"precision": "fp16"}, {"xla": True}]}
+           for change in [{"precision": "fp32"}, {"precision": "bf16"}, {"precision": "fp16"}, {"compile": True}]}
     assert len(ids) == 4 and "f5539eee0c" not in ids
 
 
-def test_precision_and_xla_axes_expand(tmp_path: Path) -> None:
+def test_a_trial_stored_with_xla_keeps_its_id_under_compile() -> None:
+    # A TensorFlow trial of a run stored while the setting was `xla` (its config as Tune and run.json kept it):
+    # its id, pinned as it was computed then (sha1 of the config with "xla": true), is today's.
+    stored = {"framework": "tensorflow", "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 8, "epochs": 1,
+              "lr": 0.1, "xla": True}
+    cfg = TrialConfig.from_dict(stored)
+    assert cfg.compile is True and cfg.compiler == "xla" and cfg.trial_id == "3f8bcb7788"
+    assert TrialConfig.from_dict(cfg.to_dict()).trial_id == "3f8bcb7788"  # stored today, as `compile`
+    assert TrialConfig.from_dict({**stored, "xla": False}).trial_id == TrialConfig.from_dict(
+        {k: v for k, v in stored.items() if k != "xla"}).trial_id  # off: left out, as before it existed
+
+
+def test_precision_and_compile_axes_expand_and_xla_is_compiles_old_name(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(GOOD.replace("[mxnet]", "[tensorflow]").replace(
         "batch_per_gpu: [8]}", "batch_per_gpu: [8], precision: [fp32, tf32, fp16, bf16], xla: [false, true]}"))
     trials = spec.load(str(path)).trials("full")
     assert len(trials) == 8 and len({t.trial_id for t in trials}) == 8
-    assert axis(trials, "precision") == {"fp32", "tf32", "fp16", "bf16"} and axis(trials, "xla") == {False, True}
+    assert axis(trials, "precision") == {"fp32", "tf32", "fp16", "bf16"} and axis(trials, "compile") == {False, True}
+    # The same sweep with today's name: the same trials, the same ids.
+    path.write_text(path.read_text().replace("xla:", "compile:"))
+    assert [t.trial_id for t in spec.load(str(path)).trials("full")] == [t.trial_id for t in trials]
+    # One axis for both frameworks' compilers.
+    path.write_text(path.read_text().replace("[tensorflow]", "[tensorflow, pytorch]"))
+    both = spec.load(str(path)).trials("full")
+    assert {(t.framework, t.compiler) for t in both} == {("tensorflow", None), ("tensorflow", "xla"),
+                                                          ("pytorch", None), ("pytorch", "inductor")}
 
 
 GOOD = """\
@@ -185,8 +205,14 @@ BAD_SPECS = [
     ("unknown precision", GOOD.replace("lr: 0.1", "lr: 0.1, precision: fp8"),
      "fixed.precision: expected one of fp32, tf32, fp16, bf16, got 'fp8'"),
     ("xla not a bool", GOOD.replace("[mxnet]", "[tensorflow]").replace("lr: 0.1", "lr: 0.1, xla: 'yes'"),
-     "fixed.xla: expected true or false"),
-    ("mxnet with xla", GOOD.replace("lr: 0.1", "lr: 0.1, xla: true"), "xla: TensorFlow's compiler; MXNet has none"),
+     "fixed.compile: expected true or false"),
+    ("xla and compile", GOOD.replace("lr: 0.1", "lr: 0.1, xla: true, compile: true"),
+     "fixed: xla is the old name of compile: give one of them"),
+    ("mxnet with xla", GOOD.replace("lr: 0.1", "lr: 0.1, xla: true"), "compile: MXNet has no graph compiler"),
+    ("pytorch with a dist kvstore", GOOD.replace("[mxnet]", "[pytorch]").replace("lr: 0.1", "lr: 0.1, kvstore: dist_sync"),
+     "kvstore: dist_sync is MXNet's; PyTorch trials run DistributedDataParallel"),
+    ("pytorch with parameter servers", GOOD.replace("[mxnet]", "[pytorch]").replace(
+        "lr: 0.1", "lr: 0.1, variable_update: parameter_server"), "variable_update: a TensorFlow setting; PyTorch"),
 ]
 
 

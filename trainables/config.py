@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-FRAMEWORKS = ("mxnet", "tensorflow")
+FRAMEWORKS = ("mxnet", "tensorflow", "pytorch")
 DATA_KINDS = ("cifar10", "synthetic")
 KVSTORES = ("device", "local", "dist_sync", "dist_async")  # MXNet; dist_* span processes and nodes
 VARIABLE_UPDATES = ("replicated", "parameter_server")  # TensorFlow, as tf_cnn_benchmarks names them
@@ -25,6 +25,11 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # Fields added after runs were stored, with the value those runs had: left out of the trial id while
 # they hold it, so that the id of every older trial stays what it was (resumes still match).
 ADDED_LATER = {"precision": "tf32", "xla": False}
+# Settings renamed after runs were stored: old name -> new. Sweep files, --set and stored configs may use
+# the old name; a trial id hashes the setting under its old name, so that the ids of older runs hold.
+RENAMED = {"xla": "compile"}
+# The compiler `compile` turns on, by framework (MXNet has none: hybridize fuses every MXNet graph).
+COMPILERS = {"tensorflow": "xla", "pytorch": "inductor"}
 
 
 @dataclass(frozen=True)
@@ -50,12 +55,14 @@ class TrialConfig:
     warmup_steps: int = 10  # steps excluded from steady-state throughput at the start of a trial
     seed: int = 0
     cpus_per_trial: int | None = None  # None: the engine's default, see `cpus`
-    kvstore: str = "device"  # MXNet only; TensorFlow uses MirroredStrategy's all-reduce
+    kvstore: str = "device"  # MXNet only; TensorFlow uses MirroredStrategy's all-reduce, PyTorch DDP's
     nodes: int = 1  # a trial with nodes > 1 runs one worker per node (sweep/workers.py)
     gpus_per_node: int | None = None  # None: num_gpus / nodes, filled in on construction
     variable_update: str = "replicated"  # TensorFlow only: all-reduce, or parameter servers on CPU
     precision: str = "tf32"  # PRECISIONS: the framework's default (TF32 allowed on GPUs that have it)
-    xla: bool = False  # TensorFlow only: the train step compiled with XLA (jit_compile)
+    # The train step compiled by the framework's graph compiler (COMPILERS): TensorFlow's XLA (jit_compile),
+    # torch.compile (inductor). Named `xla` before PyTorch came: RENAMED.
+    compile: bool = False
     # The node's cores per GPU, filled in by the engine for trials on real GPUs (sweep/plan.py:
     # with_host_cpus). A fact of the cluster, not of the trial: not part of its identity.
     cpus_per_gpu: int | None = None
@@ -85,12 +92,19 @@ class TrialConfig:
 
     @property
     def distributed(self) -> bool:
-        """Runs as separate worker (and server) processes: several nodes, or a framework's cluster mode."""
-        return self.nodes > 1 or self.kvstore.startswith("dist") or self.variable_update == "parameter_server"
+        """Runs as separate worker (and server) processes: several nodes, a framework's cluster mode, or
+        PyTorch on several GPUs (DistributedDataParallel: one process per GPU)."""
+        return (self.nodes > 1 or self.kvstore.startswith("dist") or self.variable_update == "parameter_server"
+                or (self.framework == "pytorch" and self.num_gpus > 1))
+
+    @property
+    def compiler(self) -> str | None:
+        """The compiler that `compile` runs for this trial's framework; None when it is off."""
+        return COMPILERS.get(self.framework) if self.compile else None
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrialConfig:
-        values = dict(values)
+        values = {RENAMED.get(k, k): v for k, v in values.items()}  # a config stored under an old name
         if values.get("lr_decay_epochs") is not None:
             values["lr_decay_epochs"] = tuple(values["lr_decay_epochs"])
         return cls(**values)
@@ -103,7 +117,8 @@ class TrialConfig:
     @cached_property
     def trial_id(self) -> str:
         """A stable id: the same trial config has the same id in every run and on every machine."""
-        values = {k: v for k, v in self.to_dict().items() if not (k in ADDED_LATER and v == ADDED_LATER[k])}
+        named = {_OLD_NAMES.get(k, k): v for k, v in self.to_dict().items()}  # hashed under their first names
+        values = {k: v for k, v in named.items() if not (k in ADDED_LATER and v == ADDED_LATER[k])}
         del values["cpus_per_gpu"]  # a fact of the cluster, not of the trial
         # Runs from before the engine's default recorded it as 1: the same trial, the same id.
         values["cpus_per_trial"] = self.cpus_per_trial or 1
@@ -126,6 +141,9 @@ class TrialConfig:
                 parts.append(f"{axis}={value:g}" if isinstance(value, float) else
                              f"{axis}={','.join(map(str, value)) or '-'}" if isinstance(value, tuple) else f"{axis}={value}")
         return " ".join(parts)
+
+
+_OLD_NAMES = {new: old for old, new in RENAMED.items()}
 
 
 def field_names() -> list[str]:

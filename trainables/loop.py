@@ -199,6 +199,7 @@ class TrialLoop:
             "peak_device_mem_mib": backend.device_peak_mib(),
             "peak_host_rss_mib": host_peak_rss_mib(),
             **backend.precision_columns(),
+            "compiler": self.cfg.compiler,  # the graph compiler that ran the step (config.COMPILERS), if any
             "diverged": diverged,
             # Read after the epoch's steps: frameworks load cuDNN at their first convolution on a GPU.
             "cudnn_loaded_version": environment.loaded_cudnn_version() if self.on_gpu else None,

@@ -47,7 +47,7 @@ def build_report(run: Run, target_acc: float | None = None) -> Report:
         "val_acc_vs_lr": plots.plot_val_acc_vs_lr(figures, run.emulated),
         "learning_curves": plots.plot_learning_curves(figures, run.epochs, run.emulated),
     }
-    # The ratio tables, and precision beside the GPU count where the run varies precision or XLA.
+    # The ratio tables, and precision beside the GPU count where the run varies precision or compile.
     return Report(run, figures, long, throughput_table(long, source), ratio_tables(long, source) + precision_tables(long, source),
                   per_run_tables(figures, run.label), lr_scaling_table(figures, source), tta, target, drawn)
 

@@ -14,9 +14,9 @@ USABLE = tuple(s.value for s in Status if s.done)
 
 # A throughput cell: trials that differ in nothing that changes the speed of a step (lr and its
 # schedule do not). Speedup and efficiency compare against the 1-GPU cell of the same key.
-# Precision and XLA change a step's speed most of all: fp16 rows are never pooled with fp32 rows.
+# Precision and the compiler change a step's speed most of all: fp16 rows are never pooled with fp32 rows.
 SPEED_KEY = ["framework", "model", "batch_per_gpu", "data_kind", "image_size", "kvstore", "variable_update", "cpus_per_trial",
-             "precision", "xla"]
+             "precision", "compile"]
 # A trial group: trials that differ in the GPU count only (the linear rule's lr follows the GPUs).
 GROUP_KEY = SPEED_KEY + ["lr_setting", "warmup_epochs", "epochs", "steps_per_epoch", "val_examples",
                          "warmup_steps", "lr_decay", "momentum", "weight_decay", "seed"]

@@ -95,22 +95,23 @@ def ratio_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
     return tables
 
 
-def precision_setting(precision: Any, xla: Any) -> str:
-    """A trial's arithmetic in one name: its precision, and "+ XLA" when compiled with XLA."""
-    return f"{precision}{' + XLA' if bool(xla) else ''}"
+def precision_setting(precision: Any, compiled: Any) -> str:
+    """A trial's arithmetic in one name: its precision, and "+ compiled" when its framework's graph compiler
+    ran (`compile`: TensorFlow's XLA, torch.compile), so that one column holds both frameworks' compiled trials."""
+    return f"{precision}{' + compiled' if bool(compiled) else ''}"
 
 
 def precision_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
-    """Precision (and XLA) beside the GPU count: images/s of each setting per GPUs, and each over the
-    framework default (tf32 without XLA), other keys equal. Only where a run varies them."""
+    """Precision (and the compiler) beside the GPU count: images/s of each setting per GPUs, and each over the
+    framework default (tf32, not compiled), other keys equal. Only where a run varies them."""
     if long.empty:
         return []
     cells = long.copy()
-    cells["setting"] = [precision_setting(p, x) for p, x in zip(cells["precision"], cells["xla"])]
-    settings = sorted(cells["setting"].unique(), key=lambda s: (s.endswith("XLA"), s != "tf32", s))
+    cells["setting"] = [precision_setting(p, x) for p, x in zip(cells["precision"], cells["compile"])]
+    settings = sorted(cells["setting"].unique(), key=lambda s: (s.endswith("compiled"), s != "tf32", s))
     if len(settings) < 2:
         return []
-    cells["other"] = group_labels(cells, SPEED_KEY, exclude=("precision", "xla"))
+    cells["other"] = group_labels(cells, SPEED_KEY, exclude=("precision", "compile"))
     frame = pd.DataFrame(NO_TRIAL, dtype=object, columns=settings,
                          index=pd.MultiIndex.from_tuples(sorted({(o, int(n)) for o, n in zip(cells["other"], cells["num_gpus"])}),
                                                          names=["", "GPUs"]))
@@ -118,7 +119,7 @@ def precision_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
         frame.loc[(row.other, int(row.num_gpus)), row.setting] = row.images_per_sec if row.trials else row.status
     notes = ["images/s: steady state, all GPUs of a trial together; precision tf32 is each framework's default "
              "(TF32 tensor cores allowed on GPUs that have them, plain fp32 elsewhere), fp32 turns TF32 off, "
-             "fp16 and bf16 are mixed precision (fp16 with dynamic loss scaling), + XLA: compiled with XLA."]
+             "fp16 and bf16 are mixed precision (fp16 with dynamic loss scaling), + compiled: the train step compiled (TensorFlow: XLA; PyTorch: torch.compile, inductor)."]
     if "tf32" in settings:
         for setting in settings:
             if setting == "tf32":
@@ -130,7 +131,7 @@ def precision_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
             frame[f"{setting} / tf32"] = ratios
         notes.append("setting / tf32: images/s of that setting over the default's, same GPUs and every other key equal.")
     units = {c: ("x" if c.endswith("/ tf32") else "img/s") for c in frame.columns}
-    return [Table("precision", "Throughput by precision and XLA, per GPU count", frame, units=units, notes=notes,
+    return [Table("precision", "Throughput by precision and compiler, per GPU count", frame, units=units, notes=notes,
                   source=source)]
 
 

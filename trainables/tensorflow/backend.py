@@ -82,7 +82,7 @@ class Backend:
         scaled = cfg.loss_scaling
 
         def gradients(x, y):
-            """Forward and backward of one replica: what XLA compiles when `xla` is on. The gradient
+            """Forward and backward of one replica: what XLA compiles when `compile` is on. The gradient
             all-reduce and the update stay outside it, in the strategy's cross-replica code."""
             with tf.GradientTape() as tape:
                 logits = tf.cast(model(x, training=True), tf.float32)  # the loss in fp32 under every policy
@@ -92,7 +92,7 @@ class Backend:
                     loss = opt.scale_loss(loss)
             return tape.gradient(loss, model.trainable_variables), tf.reduce_sum(per_example), self._correct(logits, y)
 
-        gradients = tf.function(gradients, jit_compile=True) if cfg.xla else gradients
+        gradients = tf.function(gradients, jit_compile=True) if cfg.compile else gradients
 
         def replica_train(x, y):
             if self.parameter_server:  # one worker's batch reaches each of its replicas: take this one's slice
