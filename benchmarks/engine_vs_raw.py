@@ -31,7 +31,7 @@ Run (from the repository root):
   .venv/bin/python benchmarks/engine_vs_raw.py          # 1 device, synthetic, both frameworks, 3 rounds: ~4-5 min
   .venv/bin/python benchmarks/engine_vs_raw.py --configs 1:synthetic,2:synthetic,1:real,2:real   # ~15-20 min
   .venv/bin/python benchmarks/engine_vs_raw.py --frameworks mxnet --model resnet20_cifar
-  .venv/bin/python benchmarks/engine_vs_raw.py --frameworks pytorch --configs 1:synthetic,2:synthetic --cpus-per-trial 2
+  .venv/bin/python benchmarks/engine_vs_raw.py --frameworks pytorch --configs 1:synthetic,2:synthetic
 
 Each engine run starts and stops its own embedded Ray (~15 s of the wall time on 2 cores, outside
 the timed steps), which is why the default matrix is small; --configs gives the full one.

@@ -35,7 +35,7 @@ and this script runs it as a subprocess beside ours.
                 OMP_NUM_THREADS=T python -m torch.distributed.run --standalone --nproc_per_node N
                   benchmarks/torch_ddp_peer.py --model resnet8_cifar --image-size 32 --batch-per-gpu 64
                   --warmup-steps 10 --steps 70 --threads T --lr 0.01 --precision fp32 --device cpu
-              with T = the trial's CPUs / N, as each of the engine's PyTorch processes gets. Its figure:
+              with T = max(1, the trial's CPUs / N), as each of the engine's PyTorch processes gets. Its figure:
               images / wall time of its timed steps, summed over the ranks.
               ours: pytorch resnet8_cifar through the engine (python -m sweep on a one-trial file,
               DDP in the engine's worker group), synthetic, N = 1 and 2 emulated devices. The peer
@@ -72,10 +72,10 @@ Run (from the repository root; about 3 minutes with the defaults on a 2-core mac
       --tf-benchmarks /tmp/yardsticks/tf-benchmarks/scripts/tf_cnn_benchmarks \\
       --mxnet-example /tmp/yardsticks/mxnet-1.9.1/example/image-classification
 
-  .venv/bin/python benchmarks/yardsticks.py --pytorch --cpus-per-trial 2   # PyTorch only, ~6 min
+  .venv/bin/python benchmarks/yardsticks.py --pytorch   # PyTorch only, ~6 min
 
-Either path may be left out to skip that framework; --pytorch adds PyTorch's rows. Other processes loading the CPU widen the
-spread; the ours/theirs order flips every round, and medians are reported.
+Either path may be left out to skip that framework; --pytorch adds PyTorch's rows. Other processes
+loading the CPU widen the spread; the ours/theirs order flips every round, and medians are reported.
 """
 from __future__ import annotations
 
@@ -106,8 +106,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pytorch", action="store_true",
                    help="PyTorch's rows: ours through the engine against benchmarks/torch_ddp_peer.py on 1 and 2 devices")
     p.add_argument("--pytorch-model", default="resnet8_cifar")
-    p.add_argument("--cpus-per-trial", type=int, default=2,
-                   help="PyTorch: the trial's CPUs, shared by its processes (default 2: 1 thread each at 2 devices)")
+    p.add_argument("--cpus-per-trial", type=int, default=1,
+                   help="PyTorch: the trial's CPUs, shared by its processes (each gets max(1, CPUs / devices) threads)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=40, help="timed steps on each side (a multiple of 10)")
     p.add_argument("--warmup-steps", type=int, default=10, help="steps left out on each side (a multiple of 10)")
