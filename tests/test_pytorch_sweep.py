@@ -64,3 +64,83 @@ def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar:
     from sweep import report
     throughput = report.build_report(report.load_run(folder)).throughput.frame
     assert len(throughput) >= 1 and "pytorch" in throughput.to_string()
+
+
+def session_workers(session: int, seen: set[int]) -> list[int]:
+    """pids of the TrialWorker processes of the driver whose session is `session` (Ray's processes stay in
+    the session of the driver that started them), leaving out those already `seen`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in seen:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            if "ray::TrialWorker" in cmdline and os.getsid(int(entry.name)) == session:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def wait_for(what, timeout_s: float = 240, proc: subprocess.Popen | None = None):
+    deadline = time.time() + timeout_s
+    while not (found := what()):
+        assert proc is None or proc.poll() is None, proc.stdout.read()[-3000:] if proc else ""
+        assert time.time() < deadline, "never happened"
+        time.sleep(0.3)
+    return found
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_or_hangs_fails_its_trial_in_bounded_time_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    # Three 2-GPU trials one after the other: the first loses a rank to SIGKILL, the second has one frozen
+    # (SIGSTOP: its peer waits in the all-reduce until the process group's timeout), the third completes.
+    sweep = tmp_path / "ranks.yaml"
+    sweep.write_text("""\
+description: "PyTorch 2-GPU trials: a rank killed, a rank frozen, one that completes"
+fixed: {framework: pytorch, model: resnet8_cifar, data: synthetic, num_gpus: 2, batch_per_gpu: 4, steps_per_epoch: 2,
+        warmup_steps: 0, lr: 0.05}
+include:
+  - {seed: 1, epochs: 2000}
+  - {seed: 2, epochs: 2000}
+  - {seed: 3, epochs: 2}
+""")
+    results, timeout_s = tmp_path / "results", 15
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SWEEP_DDP_TIMEOUT_S": str(timeout_s)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(sweep), "--results", str(results), "--emulate-gpus", "2",
+                             "--max-concurrent", "1", "--scale", "full"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        def epochs_of(seed: int) -> int:
+            runs = store.run_dirs(results, "ranks")
+            try:
+                rows = store.RunStore(runs[-1]).epochs() if runs else pd.DataFrame()
+            except store.StoreError:
+                return 0
+            return int((rows.seed == seed).sum()) if len(rows) else 0
+
+        wait_for(lambda: epochs_of(1) >= 1, proc=proc)
+        first = wait_for(lambda: session_workers(proc.pid, set()), proc=proc)
+        assert len(first) == 2, first
+        os.kill(first[1], signal.SIGKILL)
+        killed_at = time.time()
+        wait_for(lambda: epochs_of(2) >= 1, proc=proc)
+        second = wait_for(lambda: session_workers(proc.pid, set(first)), proc=proc)
+        assert len(second) == 2, second
+        os.kill(second[1], signal.SIGSTOP)
+        stopped_at = time.time()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, out[-3000:]  # some trials failed; their rows are written
+    trials = pd.read_parquet(store.run_dirs(results, "ranks")[-1] / "trials").set_index("seed")
+    assert trials.loc[3, "status"] == "completed", trials[["status", "error"]]
+    died, hung = trials.loc[1], trials.loc[2]
+    assert died.status == "failed" and died.error_type in ("ActorDiedError", "RayActorError"), (died.error_type, died.error)
+    # At once (Ray reports the death, the engine waits 10 s to tell a lost node from a dead process),
+    # well within the process group's timeout.
+    assert died.ended_at - killed_at < timeout_s, died.ended_at - killed_at
+    assert hung.status == "failed" and "timed out" in hung.error.lower() or "timeout" in hung.error.lower(), hung.error
+    assert timeout_s * 0.8 < hung.ended_at - stopped_at < timeout_s + 60, hung.ended_at - stopped_at
