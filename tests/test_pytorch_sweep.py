@@ -144,3 +144,46 @@ include:
     assert died.ended_at - killed_at < timeout_s, died.ended_at - killed_at
     assert hung.status == "failed" and "timed out" in hung.error.lower() or "timeout" in hung.error.lower(), hung.error
     assert timeout_s * 0.8 < hung.ended_at - stopped_at < timeout_s + 60, hung.ended_at - stopped_at
+
+
+@pytest.mark.slow
+def test_a_killed_pytorch_trial_resumes_from_its_last_epoch(tmp_path: Path) -> None:
+    # One 2-GPU trial; the driver and every process it started are SIGKILLed after two epochs; --resume
+    # restarts the trial from its newest checkpoint (rank 0 wrote it, both ranks load it).
+    sweep = tmp_path / "resume.yaml"
+    sweep.write_text("""\
+description: "one PyTorch 2-GPU trial, killed and resumed"
+fixed: {framework: pytorch, model: resnet8_cifar, data: synthetic, num_gpus: 2, batch_per_gpu: 4, epochs: 6,
+        steps_per_epoch: 3, warmup_steps: 0, lr: 0.05}
+""")
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    command = [sys.executable, "-m", "sweep", str(sweep), "--results", str(results), "--emulate-gpus", "2"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+
+    def rows() -> pd.DataFrame:
+        runs = store.run_dirs(results, "resume")
+        try:
+            return store.RunStore(runs[-1]).epochs() if runs else pd.DataFrame()
+        except store.StoreError:
+            return pd.DataFrame()
+
+    try:
+        wait_for(lambda: len(rows()) >= 2, proc=proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = rows()
+    assert 2 <= len(before) < 6, before[["epoch", "attempt"]]
+    out = run_cli(str(sweep), "--results", str(results), "--resume", "--emulate-gpus", "2", timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    after = rows()
+    assert sorted(after.epoch) == list(range(6)) and not after.duplicated(["trial_id", "epoch"]).any()
+    resumed = after[after.attempt == after.attempt.max()]
+    # The second attempt began where the first one's rows (and so its checkpoints) ended, not at epoch 0.
+    assert after.attempt.nunique() == 2 and resumed.epoch.min() in (before.epoch.max(), before.epoch.max() + 1)
+    assert resumed.epoch.min() > 0
+    trials = pd.read_parquet(store.run_dirs(results, "resume")[-1] / "trials")
+    assert list(trials.status) == ["completed"] and list(trials.attempts) == [2]
