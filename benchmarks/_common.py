@@ -75,6 +75,42 @@ def run_raw(config: dict[str, Any], data_dir: Path | None = None, timeout: float
     return Run(trial_steady(epochs), epochs, wall, shlex.join(cmd))
 
 
+TORCH_PEER = ROOT / "benchmarks" / "torch_ddp_peer.py"
+
+
+def torch_peer_command(config: dict[str, Any], device: str = "cpu") -> tuple[list[str], dict[str, str]]:
+    """The plain PyTorch DDP program (benchmarks/torch_ddp_peer.py) under torchrun for the trial `config`:
+    its model, input size, per-GPU batch, warm-up and timed steps (epochs x steps_per_epoch - warm-up, so
+    both sides time the same steps), SGD settings, precision and compiler, and the threads each of the
+    engine's PyTorch processes gets (the trial's CPUs shared by its GPUs, trainables/pytorch/backend.py)."""
+    from trainables import zoo
+
+    cfg = TrialConfig.from_dict({"lr": 0.1, **config})
+    if cfg.nodes != 1 or cfg.steps_per_epoch is None or cfg.data != "synthetic":
+        raise ValueError("the PyTorch peer runs one node, synthetic data and a fixed steps_per_epoch")
+    threads = max(1, cfg.cpus // cfg.num_gpus)
+    compiled = bool(getattr(cfg, "compile", getattr(cfg, "xla", False)))
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={cfg.num_gpus}", str(TORCH_PEER),
+           "--model", cfg.model, "--image-size", str(cfg.image_size or zoo.default_image_size(cfg.model)),
+           "--batch-per-gpu", str(cfg.batch_per_gpu), "--warmup-steps", str(cfg.warmup_steps),
+           "--steps", str(cfg.epochs * cfg.steps_per_epoch - cfg.warmup_steps), "--threads", str(threads),
+           "--lr", str(cfg.lr), "--momentum", str(cfg.momentum), "--weight-decay", str(cfg.weight_decay),
+           "--precision", cfg.precision, "--device", device, "--seed", str(cfg.seed), *(["--compile"] if compiled else [])]
+    return cmd, child_env(OMP_NUM_THREADS=str(threads))
+
+
+def run_torch_peer(config: dict[str, Any], device: str = "cpu", timeout: float = 900) -> Run:
+    """The plain PyTorch program for the trial `config`; its one JSON line stands as the Run's one epoch row."""
+    cmd, env = torch_peer_command(config, device)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or len(lines) != 1:
+        raise RuntimeError(f"PyTorch peer failed (rc {proc.returncode}): {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
+    return Run(lines[0]["steady_images_per_sec"], lines, wall, f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']} {shlex.join(cmd)}")
+
+
 def spec_settings(config: TrialConfig) -> dict[str, Any]:
     """A resolved trial config (as the spec loader makes it) as sweep-file settings giving the same trial."""
     # None is every optional setting's default, and not a value a sweep file may give.

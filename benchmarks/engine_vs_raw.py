@@ -8,6 +8,11 @@ sides) it runs, alternately, several times:
   engine  python -m sweep ONE_TRIAL.yaml --results DIR --data-dir DIR --scale full
           the real CLI: embedded Ray, Tune, a placement group, the trial writing its Parquet rows
 
+  raw     (pytorch) torchrun --nproc_per_node N benchmarks/torch_ddp_peer.py ...
+          a PyTorch trial on N devices runs as N processes under DDP, which our loop does only inside
+          the engine's worker group: PyTorch's raw side is the plain DDP program instead (same model,
+          batch, threads per process and timed steps; synthetic data only)
+
 and compares steady-state images/s (the loop's own step timer: warm-up steps dropped, mean of
 per-step rates; per trial the step-weighted mean over epochs, as the store's summary row has it).
 Raw figures come from the loop's JSON lines, engine figures from the Parquet the engine wrote
@@ -26,6 +31,7 @@ Run (from the repository root):
   .venv/bin/python benchmarks/engine_vs_raw.py          # 1 device, synthetic, both frameworks, 3 rounds: ~4-5 min
   .venv/bin/python benchmarks/engine_vs_raw.py --configs 1:synthetic,2:synthetic,1:real,2:real   # ~15-20 min
   .venv/bin/python benchmarks/engine_vs_raw.py --frameworks mxnet --model resnet20_cifar
+  .venv/bin/python benchmarks/engine_vs_raw.py --frameworks pytorch --configs 1:synthetic,2:synthetic
 
 Each engine run starts and stops its own embedded Ray (~15 s of the wall time on 2 cores, outside
 the timed steps), which is why the default matrix is small; --configs gives the full one.
@@ -42,15 +48,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (PYTHON, ROOT, geomean, load_average, machine, median, run_engine, run_raw, spread, sweep_yaml,
-                     table, write_cifar_like)
+from _common import (PYTHON, ROOT, geomean, load_average, machine, median, run_engine, run_raw, run_torch_peer, spread,
+                     sweep_yaml, table, write_cifar_like)
 
 GOAL = 0.98
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--frameworks", default="mxnet,tensorflow", help="comma-separated (default: both)")
+    p.add_argument("--frameworks", default="mxnet,tensorflow",
+                   help="comma-separated, of mxnet, tensorflow, pytorch (default: mxnet,tensorflow)")
     p.add_argument("--configs", default="1:synthetic",
                    help="comma-separated NUM_GPUS:DATA, DATA synthetic or real (default: 1:synthetic; "
                         "the full matrix: 1:synthetic,2:synthetic,1:real,2:real)")
@@ -76,6 +83,14 @@ def trial_config(args: argparse.Namespace, framework: str, num_gpus: int, data: 
 
 def check_same(raw_epochs: list[dict], engine_epochs: list[dict], label: str) -> None:
     """Both sides ran the same loop: same steps, data kind, input size, threads and parameters."""
+    if len(raw_epochs) == 1 and "world_size" in raw_epochs[0]:  # PyTorch's plain program: one line for the run
+        peer = raw_epochs[0]
+        ours = {"threads": engine_epochs[0]["threads"], "param_count": engine_epochs[0]["param_count"],
+                "image_size": engine_epochs[0]["image_size"], "steady_steps": sum(e["steady_steps"] for e in engine_epochs)}
+        theirs = {key: peer[key] for key in ours}
+        if ours != theirs:
+            raise SystemExit(f"{label}: the plain program and the engine differ: {theirs} vs {ours}")
+        return
     for key in ("steps", "data_kind", "image_size", "threads", "param_count", "steady_steps", "device_kind"):
         a, b = [e[key] for e in raw_epochs], [e[key] for e in engine_epochs]
         if a != b:
@@ -90,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         gpus, data = item.split(":")
         if data not in ("synthetic", "real"):
             raise SystemExit(f"--configs: data must be synthetic or real, got {data}")
+        if data == "real" and "pytorch" in frameworks:
+            raise SystemExit("--configs: PyTorch's plain program trains on synthetic data only")
         configs.append((int(gpus), data))
     cases = [(f, g, d) for f in frameworks for g, d in configs]
     started = time.time()
@@ -115,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = {}
             for side in order:
                 if side == "raw":
-                    runs[side] = run_raw(cfg, ddir)
+                    runs[side] = run_torch_peer(cfg) if framework == "pytorch" else run_raw(cfg, ddir)
                 else:
                     runs[side] = run_engine(cfg, ddir, tmp / f"engine-{framework}-{gpus}-{data}-{rnd}")
                 results[case][side].append(runs[side].steady)

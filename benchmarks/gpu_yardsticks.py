@@ -63,6 +63,10 @@ class Cell:
     def xla(self) -> bool:
         return CELLS[self.cell][1]
 
+    @property
+    def compile(self) -> bool:  # the engine's one setting for both frameworks' compilers
+        return self.xla
+
 
 def grid(batches: list[int], cells: list[str]) -> list[Cell]:
     return [Cell(b, c) for b in batches for c in cells]
@@ -84,19 +88,20 @@ def parse_total_images_per_sec(log: str) -> float | None:
     return float(found[-1]) if found else None
 
 
-def sweep_file(cells: list[Cell], warmup: int, steps: int, model: str = "resnet50_v1", num_gpus: int = 1,
-               image_size: int | None = None) -> str:
-    """Our side of the grid as one sweep file: an include entry per cell."""
-    fixed = {"framework": "tensorflow", "model": model, "data": "synthetic", "num_gpus": num_gpus, "epochs": 1,
-             "steps_per_epoch": warmup + steps, "warmup_steps": warmup, "lr": 0.1}
+def sweep_file(cells: list, warmup: int, steps: int, model: str = "resnet50_v1", num_gpus: int = 1,
+               image_size: int | None = None, framework: str = "tensorflow", **fixed_settings) -> str:
+    """Our side of the grid as one sweep file: an include entry per cell (anything with batch, precision and
+    compile: this file's Cells, gpu_torch_yardsticks.py's)."""
+    fixed = {"framework": framework, "model": model, "data": "synthetic", "num_gpus": num_gpus, "epochs": 1,
+             "steps_per_epoch": warmup + steps, "warmup_steps": warmup, "lr": 0.1, **fixed_settings}
     if image_size:
         fixed["image_size"] = image_size
-    include = [{"batch_per_gpu": c.batch, "precision": c.precision, "xla": c.xla} for c in cells]
+    include = [{"batch_per_gpu": c.batch, "precision": c.precision, "compile": c.compile} for c in cells]
     return yaml.safe_dump({"name": NAME, "description": "GPU yardsticks: our side of the tf_cnn_benchmarks grid",
                            "fixed": fixed, "include": include}, sort_keys=False)
 
 
-def run_ours(cells: list[Cell], warmup: int, steps: int, work: Path, extra: list[str] = (),
+def run_ours(cells: list, warmup: int, steps: int, work: Path, extra: list[str] = (),
              **sweep_args) -> tuple[dict[str, float | None], str]:
     """`python -m sweep` on the generated file; each cell's steady images/s from the Parquet it wrote."""
     import pandas as pd
@@ -113,12 +118,12 @@ def run_ours(cells: list[Cell], warmup: int, steps: int, work: Path, extra: list
     return ours_figures(pd.read_parquet(run_dir / "trials"), cells), shlex.join(cmd)
 
 
-def ours_figures(trials, cells: list[Cell]) -> dict[str, float | None]:
+def ours_figures(trials, cells: list) -> dict[str, float | None]:
     """Cell label -> steady images/s of its completed trial (None: not completed)."""
     out: dict[str, float | None] = {}
     for cell in cells:
         rows = trials[(trials.batch_per_gpu == cell.batch) & (trials.precision == cell.precision)
-                      & (trials.compile == cell.xla)]
+                      & (trials.compile == cell.compile)]
         done = rows[rows.status == "completed"]
         out[cell.label] = float(done.steady_images_per_sec.iloc[0]) if len(done) else None
     return out

@@ -30,6 +30,18 @@ and this script runs it as a subprocess beside ours.
               ours: mxnet resnet20_cifar_v2 (their pre-activation resnet-20), synthetic, 1 device,
               batch 64, image_size 28, cpus_per_trial 1.
 
+  PyTorch     benchmarks/torch_ddp_peer.py, a plain DistributedDataParallel program written for this
+              (PyTorch ships no benchmark program of its own; see its docstring), under torchrun:
+                OMP_NUM_THREADS=T python -m torch.distributed.run --standalone --nproc_per_node N
+                  benchmarks/torch_ddp_peer.py --model resnet8_cifar --image-size 32 --batch-per-gpu 64
+                  --warmup-steps 10 --steps 70 --threads T --lr 0.01 --precision fp32 --device cpu
+              with T = max(1, the trial's CPUs / N), as each of the engine's PyTorch processes gets. Its figure:
+              images / wall time of its timed steps, summed over the ranks.
+              ours: pytorch resnet8_cifar through the engine (python -m sweep on a one-trial file,
+              DDP in the engine's worker group), synthetic, N = 1 and 2 emulated devices. The peer
+              builds its network with trainables/pytorch/models.py: the same layers by construction;
+              the parameter counts of both sides are compared each round.
+
 Our figure, comparable to theirs: images / wall time of an epoch that holds no warm-up step (the
 second epoch's images_per_sec: steps_per_epoch=40, warmup_steps=10). Our engine's headline figure,
 steady-state images/s (mean of per-step rates after warm-up), is printed beside it; it reads a few
@@ -60,8 +72,10 @@ Run (from the repository root; about 3 minutes with the defaults on a 2-core mac
       --tf-benchmarks /tmp/yardsticks/tf-benchmarks/scripts/tf_cnn_benchmarks \\
       --mxnet-example /tmp/yardsticks/mxnet-1.9.1/example/image-classification
 
-Either path may be left out to skip that framework. Other processes loading the CPU widen the
-spread; the ours/theirs order flips every round, and medians are reported.
+  .venv/bin/python benchmarks/yardsticks.py --pytorch   # PyTorch only, ~6 min
+
+Either path may be left out to skip that framework; --pytorch adds PyTorch's rows. Other processes
+loading the CPU widen the spread; the ours/theirs order flips every round, and medians are reported.
 """
 from __future__ import annotations
 
@@ -76,7 +90,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import PYTHON, child_env, load_average, machine, median, run_raw, spread, table
+from _common import PYTHON, child_env, load_average, machine, median, run_engine, run_raw, run_torch_peer, spread, table
 
 SHIM = ("import os, runpy, sys, numpy; numpy.bool = bool; script = sys.argv[1]; "
         "sys.path.insert(0, os.path.dirname(script)); sys.argv = sys.argv[1:]; "
@@ -89,6 +103,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tf-benchmarks", type=Path, help="folder holding tf_cnn_benchmarks.py (or the repository root)")
     p.add_argument("--mxnet-example", type=Path,
                    help="folder holding MXNet 1.9.1's train_cifar10.py (or the repository root)")
+    p.add_argument("--pytorch", action="store_true",
+                   help="PyTorch's rows: ours through the engine against benchmarks/torch_ddp_peer.py on 1 and 2 devices")
+    p.add_argument("--pytorch-model", default="resnet8_cifar")
+    p.add_argument("--cpus-per-trial", type=int, default=1,
+                   help="PyTorch: the trial's CPUs, shared by its processes (each gets max(1, CPUs / devices) threads)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=40, help="timed steps on each side (a multiple of 10)")
     p.add_argument("--warmup-steps", type=int, default=10, help="steps left out on each side (a multiple of 10)")
@@ -110,6 +129,28 @@ def locate(path: Path | None, name: str, below: str) -> Path | None:
 
 
 MODELS = {"tensorflow": "resnet20_cifar", "mxnet": "resnet20_cifar_v2"}  # their networks, in our zoo
+
+
+def pytorch_config(args: argparse.Namespace, gpus: int) -> dict:
+    return {"framework": "pytorch", "model": args.pytorch_model, "num_gpus": gpus, "batch_per_gpu": args.batch,
+            "epochs": 2, "steps_per_epoch": args.steps, "warmup_steps": args.warmup_steps, "lr": 0.01,
+            "data": "synthetic", "cpus_per_trial": args.cpus_per_trial, "precision": "fp32", "seed": 0}
+
+
+def ours_pytorch(args: argparse.Namespace, gpus: int, work: Path) -> tuple[float, float, str, dict]:
+    """Through the engine: (images/s of the warm-up-free epoch, steady images/s, command, first epoch row)."""
+    run = run_engine(pytorch_config(args, gpus), None, work, name="yardstick_pytorch")
+    clean = [e["images_per_sec"] for e in run.epochs if e["epoch"] >= 1]
+    return median(clean), run.steady, run.command, run.epochs[0]
+
+
+def theirs_pytorch(args: argparse.Namespace, gpus: int, ours_row: dict | None) -> tuple[float, str]:
+    run = run_torch_peer(pytorch_config(args, gpus))
+    peer = run.epochs[0]
+    if ours_row is not None and (peer["param_count"], peer["threads"]) != (ours_row["param_count"], ours_row["threads"]):
+        raise SystemExit(f"pytorch {gpus} dev: the peer and the engine differ: params/threads "
+                         f"{peer['param_count']}/{peer['threads']} vs {ours_row['param_count']}/{ours_row['threads']}")
+    return peer["images_per_sec"], run.command
 
 
 def ours(framework: str, args: argparse.Namespace, image_size: int | None) -> tuple[float, float, str]:
@@ -190,10 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     if tf_dir and importlib.util.find_spec("tf_keras") is None:
         raise SystemExit("tf_cnn_benchmarks needs the tf-keras package on TF 2.21: "
                          ".venv/bin/pip install --no-deps tf-keras==2.21.0")
-    if not tf_dir and not mx_dir:
-        raise SystemExit("give --tf-benchmarks and/or --mxnet-example (see the docstring for how to get them)")
+    if not tf_dir and not mx_dir and not args.pytorch:
+        raise SystemExit("give --tf-benchmarks, --mxnet-example and/or --pytorch (see the docstring)")
     started = time.time()
-    print(f"yardsticks: resnet20 CIFAR, batch {args.batch}, 1 device (CPU), {args.threads} thread(s), "
+    print(f"yardsticks: resnet20 CIFAR (PyTorch: {args.pytorch_model}, 1 and 2 devices, {args.cpus_per_trial} CPUs a trial), "
+          f"batch {args.batch}, 1 device (CPU), {args.threads} thread(s), "
           f"{args.warmup_steps} warm-up + {args.steps} timed steps, {args.repeats} rounds")
     print(f"machine: {machine()}; load average at start: {load_average()}")
     print("reproduce: " + shlex.join([".venv/bin/python", "benchmarks/yardsticks.py",
@@ -204,7 +246,15 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(("tensorflow", "tf_cnn_benchmarks resnet20, 32x32", None, lambda: theirs_tf(tf_dir, args)))
     if mx_dir:
         cases.append(("mxnet", "train_cifar10.py resnet-20, 28x28", 28, lambda: theirs_mxnet(mx_dir, args, scratch)))
+    engine_rows: dict[str, dict] = {}  # PyTorch: the engine's last epoch row per case, for the peer's check
+    for gpus in (1, 2) if args.pytorch else ():
+        key = f"pytorch-{gpus}"
+        cases.append((key, f"torch_ddp_peer.py {gpus} dev, 32x32", None,
+                      lambda gpus=gpus, key=key: theirs_pytorch(args, gpus, engine_rows.get(key))))
+        MODELS[key] = f"{args.pytorch_model} (engine)"
     for framework, _, _, _ in cases:
+        if framework.startswith("pytorch"):
+            continue
         print(f"same network ({framework}): {same_network(framework, tf_dir if framework == 'tensorflow' else mx_dir)}",
               flush=True)
     results = {c[0]: {"theirs": [], "ours": [], "steady": []} for c in cases}
@@ -214,7 +264,12 @@ def main(argv: list[str] | None = None) -> int:
             order = ("ours", "theirs") if (rnd + i) % 2 == 0 else ("theirs", "ours")
             got = {}
             for side in order:
-                if side == "ours":
+                if side == "ours" and framework.startswith("pytorch"):
+                    gpus = int(framework.split("-")[1])
+                    clean, steady, cmd, engine_rows[framework] = ours_pytorch(args, gpus, scratch / f"{framework}-{rnd}")
+                    results[framework]["ours"].append(clean)
+                    results[framework]["steady"].append(steady)
+                elif side == "ours":
                     clean, steady, cmd = ours(framework, args, size)
                     results[framework]["ours"].append(clean)
                     results[framework]["steady"].append(steady)

@@ -57,7 +57,7 @@ def test_packing_benchmark_trials_are_engine_trials() -> None:
 
 @pytest.mark.parametrize("script", ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makespan.py",
                                     "estimates.py", "soak.py", "gpu_yardsticks.py", "learnability.py",
-                                    "cifar10_conv_collapse.py"])
+                                    "cifar10_conv_collapse.py", "gpu_torch_yardsticks.py", "torch_ddp_peer.py"])
 def test_script_help(script: str) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
@@ -100,3 +100,65 @@ def test_gpu_yardsticks_engine_side_on_emulated_devices(tmp_path: Path) -> None:
     text = gpu_yardsticks.table(cells, theirs, ours)
     ratio = text.splitlines()[-1]
     assert f"{ours['b4 fp32'] / 250.34:.2f}x" in ratio and ratio.endswith("| - |")
+
+
+def test_gpu_torch_yardsticks_refuses_without_a_gpu_in_one_line() -> None:
+    from trainables.environment import real_gpu_count
+
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_torch_yardsticks.py"), "--precisions", "fp8"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    if real_gpu_count() == 0:
+        assert "no GPU here" in proc.stderr
+
+
+def test_gpu_torch_yardsticks_grid_and_table() -> None:
+    import gpu_torch_yardsticks as g
+
+    cells = g.grid([64, 256], list(g.PRECISIONS), [False, True])
+    assert len(cells) == 16 and [c.label for c in cells[:2]] == ["b64 fp32", "b64 fp32 compile"]
+    ours = {cells[0].label: 98.0, cells[1].label: None}
+    text = g.table(cells[:2], {cells[0].label: 100.0, cells[1].label: 120.0}, ours)
+    assert text.splitlines()[2] == "| b64 fp32 | 100 | 98 | 0.980x |" and text.splitlines()[3].endswith("| none | - |")
+    assert "938 img/s" in g.best_against_published(cells[:2], ours)  # fp32 is set beside the TF32 figure
+
+
+def test_torch_peer_runs_the_trials_steps_and_threads() -> None:
+    """The plain program's flags follow the trial: its timed steps are the engine's (epochs x steps - warm-up),
+    its threads each PyTorch process's share of the trial's CPUs (trainables/pytorch/backend.py)."""
+    config = {"framework": "pytorch", "model": "resnet8_cifar", "num_gpus": 2, "batch_per_gpu": 16, "epochs": 2,
+              "steps_per_epoch": 30, "warmup_steps": 10, "data": "synthetic", "cpus_per_trial": 4, "precision": "bf16",
+              "compile": True}
+    cmd, env = _common.torch_peer_command(config)
+    flags = dict(zip(cmd[cmd.index("--model")::2], cmd[cmd.index("--model") + 1::2]))
+    assert "--nproc_per_node=2" in cmd and cmd[-1] == "--compile"
+    assert (flags["--steps"], flags["--warmup-steps"], flags["--threads"], env["OMP_NUM_THREADS"]) == ("50", "10", "2", "2")
+    assert (flags["--precision"], flags["--image-size"], flags["--batch-per-gpu"]) == ("bf16", "32", "16")
+    with pytest.raises(ValueError):
+        _common.torch_peer_command({**config, "data": "cifar10"})
+
+
+def test_torch_peer_trains_under_torchrun_on_two_processes() -> None:
+    """The plain DDP program, tiny: two gloo ranks, one JSON line summing their figures, our model's count."""
+    from trainables.pytorch.models import build, count_params
+
+    config = {"framework": "pytorch", "model": "resnet8_cifar", "num_gpus": 2, "batch_per_gpu": 4, "epochs": 1,
+              "steps_per_epoch": 4, "warmup_steps": 2, "data": "synthetic", "image_size": 16, "cpus_per_trial": 2,
+              "precision": "fp32"}
+    run = _common.run_torch_peer(config, timeout=300)
+    line = run.epochs[0]
+    assert (line["world_size"], line["steady_steps"], line["threads"]) == (2, 2, 1)
+    assert line["param_count"] == count_params(build("resnet8_cifar", 16))
+    assert run.steady == pytest.approx(sum(r["steady_images_per_sec"] for r in line["ranks"])) and run.steady > 0
+
+
+@pytest.mark.slow
+def test_gpu_torch_yardsticks_engine_side_on_emulated_devices(tmp_path: Path) -> None:
+    """Our half of the PyTorch grid through `python -m sweep` (real Ray, real Parquet), shrunk to run on a CPU."""
+    import gpu_torch_yardsticks as g
+    import gpu_yardsticks
+
+    cells = g.grid([4], ["fp32", "bf16"], [False])
+    ours, command = gpu_yardsticks.run_ours(cells, 1, 2, tmp_path, extra=["--emulate-gpus", "1"], framework="pytorch",
+                                            model="resnet8_cifar", image_size=16, cpus_per_trial=1)
+    assert set(ours) == {"b4 fp32", "b4 bf16"} and all(v and v > 0 for v in ours.values()), ours

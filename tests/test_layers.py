@@ -11,7 +11,7 @@ from its own layer or those below it, never above:
   trial process  sweep.trial, sweep.workers
   store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.terminal, sweep.environments,
                  sweep.limits, sweep.version
-  frameworks     trainables.mxnet.*, trainables.tensorflow.*
+  frameworks     trainables.mxnet.*, trainables.tensorflow.*, trainables.pytorch.*
   trainables     trainables.loop, .data, .measure, .environment, .zoo, .config, .local, .probe, .failure
 
 The loop loads a framework's backend by name (importlib) inside the trial's process; no module of
@@ -35,12 +35,13 @@ LAYERS = [
     ("trial process", {"sweep.trial", "sweep.workers"}),
     ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.terminal", "sweep.environments",
                "sweep.limits", "sweep.version"}),
-    ("frameworks", {"trainables.mxnet", "trainables.tensorflow"}),
+    ("frameworks", {"trainables.mxnet", "trainables.tensorflow", "trainables.pytorch"}),
     ("trainables", {"trainables.loop", "trainables.data", "trainables.measure", "trainables.environment",
                     "trainables.zoo", "trainables.config", "trainables.local", "trainables.probe",
                     "trainables.failure"}),
 ]
-FRAMEWORKS = ("mxnet", "tensorflow", "keras", "tf_keras", "trainables.mxnet", "trainables.tensorflow")
+FRAMEWORKS = ("mxnet", "tensorflow", "keras", "tf_keras", "torch", "trainables.mxnet", "trainables.tensorflow",
+              "trainables.pytorch")
 PACKAGES = ("sweep", "trainables")
 
 

@@ -26,7 +26,8 @@ def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
         for scale in spec.SCALES:
             trials = sweep.trials(scale)
             assert trials and len({t.trial_id for t in trials}) == len(trials)
-            assert axis(trials, "framework") == {"mxnet", "tensorflow"}  # both frameworks, at both scales
+            # both of the studies' frameworks at both scales; PyTorch in the variants that add it
+            assert axis(trials, "framework") - {"pytorch"} == {"mxnet", "tensorflow"}
 
 
 def test_the_documented_example_sweep_loads_at_both_scales(tmp_path: Path) -> None:
@@ -37,6 +38,51 @@ def test_the_documented_example_sweep_loads_at_both_scales(tmp_path: Path) -> No
     sweep = spec.load(str(tmp_path / "my_lr_study.yaml"))
     assert len(sweep.trials("full")) == 2 * 3 * 2 * 3 + 2 * 3  # the grid, and the include entry per framework x seed
     assert {t.model for t in sweep.trials("smoke")} == {"resnet8_cifar"}
+
+
+PYTORCH_VARIANTS = {"keras_mxnet_vs_tf_resnet50_pytorch": "keras_mxnet_vs_tf_resnet50",
+                    "keras_mxnet_vs_tf_inception_v3_pytorch": "keras_mxnet_vs_tf_inception_v3",
+                    "tf_cnn_benchmarks_pytorch": "tf_cnn_benchmarks"}
+
+
+@pytest.mark.parametrize("variant", list(PYTORCH_VARIANTS))
+def test_pytorch_variant_is_its_study_plus_pytorch(variant: str) -> None:
+    """Beside study 000's and 004's files: the study's own trials (same ids), and PyTorch's copy of its
+    all-reduce trials (TensorFlow's, framework changed), at both scales."""
+    for scale in spec.SCALES:
+        original = spec.load(PYTORCH_VARIANTS[variant]).trials(scale)
+        trials = spec.load(variant).trials(scale)
+        ours = [t for t in trials if t.framework == "pytorch"]
+        assert sorted(t.trial_id for t in trials if t.framework != "pytorch") == sorted(t.trial_id for t in original)
+        expected = [{**t.to_dict(), "framework": "pytorch"} for t in original
+                    if t.framework == "tensorflow" and t.variable_update == "replicated"]
+        assert sorted(map(str, expected)) == sorted(str(t.to_dict()) for t in ours) and ours
+
+
+def test_frameworks_today_study() -> None:
+    """ResNet-50 v1 at 224, TensorFlow and PyTorch over GPUs 1-8 x batch 64/256 x precision x compile;
+    MXNet every precision without a compiler."""
+    trials = spec.load("resnet50_frameworks_today").trials("full")
+    cells = Counter((t.framework, t.compile) for t in trials)
+    assert cells == {("tensorflow", False): 32, ("tensorflow", True): 32, ("pytorch", False): 32, ("pytorch", True): 32,
+                     ("mxnet", False): 32}
+    assert axis(trials, "num_gpus") == {1, 2, 4, 8} and axis(trials, "batch_per_gpu") == {64, 256}
+    assert axis(trials, "precision") == {"fp32", "tf32", "bf16", "fp16"}
+    assert axis(trials, "model") == {"resnet50_v1"} and axis(trials, "image_size") == {224}
+    assert axis(trials, "data") == {"synthetic"} and axis(trials, "warmup_steps") == {20}
+    smoke = spec.load("resnet50_frameworks_today").trials("smoke")
+    assert {(t.framework, t.compile) for t in smoke} >= {("tensorflow", True), ("pytorch", True)}
+    assert not [t for t in smoke if t.framework == "mxnet" and (t.precision == "fp16" or t.compile)]
+
+
+def test_new_studies_show_and_plan_on_the_cli() -> None:
+    for name in [*PYTORCH_VARIANTS, "resnet50_frameworks_today"]:
+        trials = spec.load(name).trials("smoke")
+        out = run_cli("show", name, "--scale", "smoke", timeout=120)
+        assert out.returncode == 0 and f"scale smoke: {len(trials)} trials" in out.stdout, out.stderr
+    out = run_cli("plan", "resnet50_frameworks_today", "--scale", "smoke", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert all(t.trial_id in out.stdout for t in spec.load("resnet50_frameworks_today").trials("smoke"))
 
 
 def test_keras_resnet50_matches_seed_000() -> None:
