@@ -307,3 +307,14 @@ def test_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
         spec.load(str(folder))
     with pytest.raises(SpecError, match=r"missing.yaml: no such file"):
         spec.load(str(tmp_path / "missing.yaml"))
+
+
+def test_set_takes_xla_as_compiles_old_name() -> None:
+    from sweep import overrides
+    from sweep.errors import SpecError
+
+    assert overrides.parse(["xla=true"]) == {"compile": True} == overrides.parse(["compile=true"])
+    with pytest.raises(SpecError, match="compile is set twice"):
+        overrides.parse(["xla=true", "compile=false"])
+    with pytest.raises(SpecError, match="xla is the old name of compile"):
+        overrides.parse(["compile=true", "xla=true"])
