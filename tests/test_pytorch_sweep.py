@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cifar_files import write_cifar10
-from conftest import ROOT, SWEEPS, run_cli
+from conftest import ROOT, SWEEPS, run_cli, two_node_cluster
 
 from sweep import store
 
@@ -22,15 +22,7 @@ NODE = {"num_cpus": 3, "num_gpus": 3}
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args=NODE)
-    cluster.add_node(**NODE)
-    cluster.wait_for_nodes()
-    try:
-        yield cluster
-    finally:
-        cluster.shutdown()
+    yield from two_node_cluster(NODE)
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +74,24 @@ def session_workers(session: int, seen: set[int]) -> list[int]:
     return sorted(found)
 
 
+def start_sweep(sweep: Path, results: Path, *options: str, **env: str) -> subprocess.Popen:
+    """`python -m sweep` on two emulated GPUs, in a session of its own (the test stops it and what it started)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+    full_env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen([sys.executable, "-m", "sweep", str(sweep), "--results", str(results), "--emulate-gpus", "2",
+                             *options], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=full_env, start_new_session=True)
+
+
+def epoch_rows(results: Path, name: str) -> pd.DataFrame:
+    """The epoch rows of the sweep's latest run so far (none while it has none)."""
+    runs = store.run_dirs(results, name)
+    try:
+        return store.RunStore(runs[-1]).epochs() if runs else pd.DataFrame()
+    except store.StoreError:
+        return pd.DataFrame()
+
+
 def wait_for(what, timeout_s: float = 240, proc: subprocess.Popen | None = None):
     deadline = time.time() + timeout_s
     while not (found := what()):
@@ -105,19 +115,11 @@ include:
   - {seed: 2, epochs: 2000}
   - {seed: 3, epochs: 2}
 """)
-    results, timeout_s = tmp_path / "results", 15
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SWEEP_DDP_TIMEOUT_S": str(timeout_s)}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(sweep), "--results", str(results), "--emulate-gpus", "2",
-                             "--max-concurrent", "1", "--scale", "full"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    results, timeout_s = tmp_path / "results", 30
+    proc = start_sweep(sweep, results, "--max-concurrent", "1", "--scale", "full", SWEEP_DDP_TIMEOUT_S=str(timeout_s))
     try:
         def epochs_of(seed: int) -> int:
-            runs = store.run_dirs(results, "ranks")
-            try:
-                rows = store.RunStore(runs[-1]).epochs() if runs else pd.DataFrame()
-            except store.StoreError:
-                return 0
+            rows = epoch_rows(results, "ranks")
             return int((rows.seed == seed).sum()) if len(rows) else 0
 
         wait_for(lambda: epochs_of(1) >= 1, proc=proc)
@@ -142,7 +144,7 @@ include:
     # At once (Ray reports the death, the engine waits 10 s to tell a lost node from a dead process),
     # well within the process group's timeout.
     assert died.ended_at - killed_at < timeout_s, died.ended_at - killed_at
-    assert hung.status == "failed" and "timed out" in hung.error.lower() or "timeout" in hung.error.lower(), hung.error
+    assert hung.status == "failed" and ("timed out" in hung.error.lower() or "timeout" in hung.error.lower()), hung.error
     assert timeout_s * 0.8 < hung.ended_at - stopped_at < timeout_s + 60, hung.ended_at - stopped_at
 
 
@@ -157,18 +159,10 @@ fixed: {framework: pytorch, model: resnet8_cifar, data: synthetic, num_gpus: 2, 
         steps_per_epoch: 3, warmup_steps: 0, lr: 0.05}
 """)
     results = tmp_path / "results"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    command = [sys.executable, "-m", "sweep", str(sweep), "--results", str(results), "--emulate-gpus", "2"]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    proc = start_sweep(sweep, results)
 
     def rows() -> pd.DataFrame:
-        runs = store.run_dirs(results, "resume")
-        try:
-            return store.RunStore(runs[-1]).epochs() if runs else pd.DataFrame()
-        except store.StoreError:
-            return pd.DataFrame()
+        return epoch_rows(results, "resume")
 
     try:
         wait_for(lambda: len(rows()) >= 2, proc=proc)
