@@ -15,6 +15,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,11 +99,11 @@ def measure(launcher: str, gpus: int, steps: int) -> float:
             fn = tune.with_resources(with_worker_group, trial_resources)
         else:  # the trial itself holds nothing; Ray Train's workers take their own CPUs
             fn = tune.with_resources(with_torch_trainer, {"CPU": 0})
-        grid = tune.Tuner(fn, param_space=config, run_config=tune.RunConfig(verbose=0)).fit()
-        result = grid[0]
-        if result.error:
-            raise RuntimeError(f"{launcher}, {gpus} GPUs: {result.error}")
-        return float(result.metrics["seconds"])
+        with tempfile.TemporaryDirectory() as storage:
+            result = tune.Tuner(fn, param_space=config, run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()[0]
+            if result.error:
+                raise RuntimeError(f"{launcher}, {gpus} GPUs: {result.error}")
+            return float(result.metrics["seconds"])
     finally:
         ray.shutdown()
 
