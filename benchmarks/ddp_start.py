@@ -97,8 +97,8 @@ def measure(launcher: str, gpus: int, steps: int) -> float:
         config = {"trial": trial_config(gpus, steps)}
         if launcher == "worker group":
             fn = tune.with_resources(with_worker_group, trial_resources)
-        else:  # the trial itself holds nothing; Ray Train's workers take their own CPUs
-            fn = tune.with_resources(with_torch_trainer, {"CPU": 0})
+        else:  # the trial itself holds next to nothing (Tune refuses nothing); Ray Train's workers take their own CPUs
+            fn = tune.with_resources(with_torch_trainer, {"CPU": 0.1})
         with tempfile.TemporaryDirectory() as storage:
             result = tune.Tuner(fn, param_space=config, run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()[0]
             if result.error:
