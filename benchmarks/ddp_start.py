@@ -91,7 +91,7 @@ def measure(launcher: str, gpus: int, steps: int) -> float:
     from sweep.runner import trial_resources
 
     os.environ["PYTHONPATH"] = str(ROOT)
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     try:
         config = {"trial": trial_config(gpus, steps)}
