@@ -156,6 +156,25 @@ def _write_files(path: str, files: dict[str, bytes]) -> None:
             f.write(blob)
 
 
+CAUSE_GRACE_S = 2.0  # how long a worker's error waits for a peer's death that may have caused it
+
+
+def _cause(error: ray.exceptions.RayError, others: list[ray.ObjectRef]) -> ray.exceptions.RayError:
+    """A worker's error, or the death of another worker that caused it: a rank whose peer was killed fails
+    in its collective ("Connection closed by peer") a moment before Ray reports the death; the row names the death."""
+    if isinstance(error, ray.exceptions.RayActorError) or not others:
+        return error
+    done, _ = ray.wait(others, num_returns=len(others), timeout=CAUSE_GRACE_S)
+    for ref in done:
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError as death:
+            return death
+        except ray.exceptions.RayError:
+            pass
+    return error
+
+
 class Group:
     """The actors of one distributed trial: started into its bundles, watched, and stopped together."""
 
@@ -213,7 +232,10 @@ class Group:
             if ready[0] in self.watch:
                 self._lost(ready[0])
             pending.remove(ready[0])
-            ray.get(ready[0])  # a worker's error (or death) ends the trial here
+            try:
+                ray.get(ready[0])  # a worker's error (or death) ends the trial here
+            except ray.exceptions.RayError as error:
+                raise _cause(error, pending) from None
         return ray.get(refs)
 
     def stop(self) -> None:

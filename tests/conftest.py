@@ -36,3 +36,17 @@ def mxnet_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "mxnet==1.9.1", "numpy<2",
                     f"ray=={ray.__version__}"], check=True, timeout=900, capture_output=True)
     return venv / "bin" / "python"
+
+
+def two_node_cluster(node: dict[str, int]):
+    """A real two-node Ray cluster on this machine, each node with these resources (fake GPUs); for a
+    module-scoped fixture: yields it, then shuts it down."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args=node)
+    cluster.add_node(**node)
+    cluster.wait_for_nodes()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()

@@ -1,9 +1,13 @@
 """Accuracy is a fraction of exactly the images it claims: the loop's train_acc and val_acc against a
-plain numpy argmax(logits) == label over the same images, in both frameworks, on 1 to 3 emulated
-devices, with batches that do not divide the split (a last batch of fewer images than devices too)."""
+plain numpy argmax(logits) == label over the same images, in every framework, on 1 to 3 emulated
+devices, with batches that do not divide the split (a last batch of fewer images than devices too).
+PyTorch on n devices is n processes under DDP, each counting its shard, rank 0 validating: their rows
+are totalled as the engine totals them (trainables.measure.total_over_workers)."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +24,47 @@ def cifar(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_cifar10(tmp_path_factory.mktemp("cifar"), train_per_file=100, test=TEST_IMAGES)
 
 
-@pytest.mark.parametrize("devices", [1, 2, 3])
-@pytest.mark.parametrize("framework", ["mxnet", "tensorflow"])
+def probe(command: list[str], env: dict[str, str] | None = None) -> list[dict]:
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def probe_pytorch(command: list[str], devices: int) -> list[dict]:
+    """One process per device (a gloo process group among them); each check totalled over the ranks."""
+    if devices == 1:
+        return probe(command)
+    from trainables.measure import total_over_workers
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ranks = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+                                   "WORLD_SIZE": str(devices), "SWEEP_DDP_TIMEOUT_S": "120"})
+             for r in range(devices)]
+    outs = [p.communicate(timeout=300) for p in ranks]
+    assert all(p.returncode == 0 for p in ranks), [err[-2000:] for _, err in outs]
+    per_rank = [[json.loads(line) for line in out.splitlines() if line.startswith("{")] for out, _ in outs]
+    checks = []
+    for rows in zip(*per_rank):  # one check, as each rank saw it
+        assert [r["rank"] for r in rows] == list(range(devices)) and all(r["val_acc"] is None for r in rows[1:])
+        keys = {"ray_gpu_ids": "", "ray_node_id": "", "hostname": "", "epoch_time_s": 0.0, "images_per_sec": 0.0,
+                "steady_images_per_sec": None, "steady_images_per_sec_stderr": None, "steady_jitter": None,
+                "steady_steps": 0, "train_loss": 0.0, "peak_device_mem_mib": None, "peak_host_rss_mib": 0.0,
+                "diverged": False}
+        total = total_over_workers([{**keys, **r} for r in rows])
+        checks.append({**total, "train_ref": [sum(r["train_ref"][i] for r in rows) for i in (0, 1)],
+                       "steps": rows[0]["steps"]})
+    return checks
+
+
+# PyTorch on several devices starts a process per device: in the slow lane (the fast one keeps its budget).
+CASES = [(fw, n) for fw in ("mxnet", "tensorflow") for n in (1, 2, 3)] + [("pytorch", 1)] + [
+    pytest.param("pytorch", n, marks=pytest.mark.slow) for n in (2, 3)]
+
+
+@pytest.mark.parametrize("framework,devices", CASES)
 def test_accuracies_are_numpy_counts_over_exactly_the_claimed_images(framework: str, devices: int, cifar: Path) -> None:
     batch_per_gpu = 7
     global_batch = batch_per_gpu * devices
@@ -30,10 +73,8 @@ def test_accuracies_are_numpy_counts_over_exactly_the_claimed_images(framework: 
     limit = 2 * global_batch + 2
     assert TEST_IMAGES % global_batch and limit % global_batch
     config = {"framework": framework, "num_gpus": devices, "batch_per_gpu": batch_per_gpu}
-    out = subprocess.run([sys.executable, str(ROOT / "tests" / "accuracy_probe.py"), json.dumps(config), str(cifar),
-                          "none", str(limit)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    checks = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    command = [sys.executable, str(ROOT / "tests" / "accuracy_probe.py"), json.dumps(config), str(cifar), "none", str(limit)]
+    checks = probe_pytorch(command, devices) if framework == "pytorch" else probe(command)
     assert [c["limit"] for c in checks] == ["none", str(limit)]
     for check, images in zip(checks, (TEST_IMAGES, limit)):
         train_correct, train_images = check["train_ref"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cifar_files import write_cifar10
-from conftest import ROOT, SWEEPS, run_cli
+from conftest import ROOT, SWEEPS, run_cli, two_node_cluster
 
 from sweep import store
 from trainables.measure import total_over_workers
@@ -23,15 +23,7 @@ TRIAL_PROCESSES = ("ray::TrialWorker", "ray::RoleProcess", "trainables.mxnet.ser
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args=NODE)
-    cluster.add_node(**NODE)
-    cluster.wait_for_nodes()
-    try:
-        yield cluster
-    finally:
-        cluster.shutdown()
+    yield from two_node_cluster(NODE)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,8 @@ BUILD_INFO = {
                   "print(json.dumps([i.get('cuda_version'), i.get('cudnn_version')]))",
     "mxnet": "import json, trainables.mxnet, mxnet as mx; f = mx.runtime.Features(); "
              "print(json.dumps([f.is_enabled('CUDA'), f.is_enabled('CUDNN')]))",
+    "pytorch": "import json, torch; from trainables.environment import cudnn_version_text as t; "
+               "v = torch.backends.cudnn.version(); print(json.dumps([torch.version.cuda, v and t(v)]))",
 }
 
 
@@ -34,7 +36,7 @@ def test_schema_names_each_version_once() -> None:
     assert not set(LEGACY_COLUMNS) & set(EPOCH_SCHEMA.names)
 
 
-@pytest.mark.parametrize("framework", ["mxnet", "tensorflow"])
+@pytest.mark.parametrize("framework", ["mxnet", "tensorflow", "pytorch"])
 def test_a_trials_rows_carry_the_frameworks_own_build_facts(framework: str) -> None:
     config = {"framework": framework, "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 4, "epochs": 1,
               "steps_per_epoch": 1, "warmup_steps": 0, "lr": 0.05, "data": "synthetic"}
@@ -45,7 +47,7 @@ def test_a_trials_rows_carry_the_frameworks_own_build_facts(framework: str) -> N
     info = subprocess.run([sys.executable, "-c", BUILD_INFO[framework]], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     first, second = json.loads(info.stdout.strip().splitlines()[-1])
-    if framework == "tensorflow":  # its build info names both versions (neither, in a CPU build)
+    if framework in ("tensorflow", "pytorch"):  # each names both versions (neither, in a CPU build)
         assert (row["framework_cuda_version"], row["framework_cudnn_version"]) == (first, second)
     else:  # MXNet says only whether it has CUDA and cuDNN: this machine's build has neither
         assert (first, second) == (False, False) and row["framework_cuda_version"] is None

@@ -307,3 +307,31 @@ def test_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
         spec.load(str(folder))
     with pytest.raises(SpecError, match=r"missing.yaml: no such file"):
         spec.load(str(tmp_path / "missing.yaml"))
+
+
+def test_set_takes_xla_as_compiles_old_name() -> None:
+    from sweep import overrides
+    from sweep.errors import SpecError
+
+    assert overrides.parse(["xla=true"]) == {"compile": True} == overrides.parse(["compile=true"])
+    with pytest.raises(SpecError, match="compile is set twice"):
+        overrides.parse(["xla=true", "compile=false"])
+    with pytest.raises(SpecError, match="xla is the old name of compile"):
+        overrides.parse(["compile=true", "xla=true"])
+
+
+def test_rows_stored_with_an_xla_column_read_as_compile(tmp_path: Path) -> None:
+    # Rows as the engine writes them, with the column under the name it had before compile: `xla`.
+    import pyarrow.parquet as pq
+
+    from sweep import store
+    run = store.RunStore.create(tmp_path, store.RunMeta("s", "r", "smoke", "s.yaml", "", None, True, ["a", "b", "c"]),
+                                "description: x\n")
+    for trial, value in (("a", True), ("b", False), ("c", None)):
+        run.write_epoch({"run_id": "r", "trial_id": trial, "epoch": 0, "framework": "tensorflow", "compile": value})
+    for path in run.epochs_dir.glob("*.parquet"):
+        table = pq.read_table(path)
+        pq.write_table(table.rename_columns(["xla" if n == "compile" else n for n in table.column_names]), path)
+    rows = run.epochs().set_index("trial_id")
+    assert "xla" not in rows.columns
+    assert rows.loc["a", "compile"] and not rows.loc["b", "compile"] and not rows.loc["c", "compile"]  # absent: its default

@@ -119,7 +119,8 @@ def precision_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
         frame.loc[(row.other, int(row.num_gpus)), row.setting] = row.images_per_sec if row.trials else row.status
     notes = ["images/s: steady state, all GPUs of a trial together; precision tf32 is each framework's default "
              "(TF32 tensor cores allowed on GPUs that have them, plain fp32 elsewhere), fp32 turns TF32 off, "
-             "fp16 and bf16 are mixed precision (fp16 with dynamic loss scaling), + compiled: the train step compiled (TensorFlow: XLA; PyTorch: torch.compile, inductor)."]
+             "fp16 and bf16 are mixed precision (fp16 with dynamic loss scaling), + compiled: the train step "
+             "compiled (TensorFlow: XLA; PyTorch: torch.compile, inductor)."]
     if "tf32" in settings:
         for setting in settings:
             if setting == "tf32":

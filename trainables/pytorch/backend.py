@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from trainables import environment
 from trainables.config import TrialConfig
 from trainables.loop import Devices
 from trainables.probe import Build
@@ -78,7 +79,8 @@ class Backend:
     put_ahead = True  # a copy to the GPU may be queued from the prefetch thread (pinned memory, non_blocking)
     framework_version = f"pytorch {torch.__version__}"
     framework_cuda_version = torch.version.cuda  # None in a CPU build
-    framework_cudnn_version = (lambda v: str(v) if v else None)(torch.backends.cudnn.version())
+    framework_cudnn_version = (environment.cudnn_version_text(torch.backends.cudnn.version())
+                               if torch.backends.cudnn.version() else None)  # None in a CPU build
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -1,0 +1,183 @@
+"""PyTorch trials through `python -m sweep` on a real two-node Ray cluster on this machine (fake GPUs):
+one process per GPU under DistributedDataParallel, on one node and across two; a rank that dies or
+hangs fails its trial within a bounded time and the sweep goes on."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from cifar_files import write_cifar10
+from conftest import ROOT, SWEEPS, run_cli, two_node_cluster
+
+from sweep import store
+
+NODE = {"num_cpus": 3, "num_gpus": 3}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from two_node_cluster(NODE)
+
+
+@pytest.fixture(scope="module")
+def cifar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_cifar10(tmp_path_factory.mktemp("cifar"), train_per_file=400, test=500)
+
+
+@pytest.mark.slow
+def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar: Path, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    out = run_cli(str(SWEEPS / "pytorch.yaml"), "--address", cluster.address, "--data-dir", str(cifar),
+                  "--results", str(results), "--scale", "full", timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+    folder = store.run_dirs(results, "pytorch")[-1]
+    trials, epochs = pd.read_parquet(folder / "trials"), pd.read_parquet(folder / "epochs")
+    assert set(trials.status) == {"completed"}
+    assert sorted(zip(trials.nodes, trials.num_gpus)) == [(1, 1), (1, 2), (1, 3), (2, 2)]
+    assert not epochs.duplicated(["trial_id", "epoch"]).any() and len(epochs) == 4 * 2
+    for row in epochs.itertuples():
+        gpus = row.ray_gpu_ids.split(";") if row.num_gpus > 1 else [row.ray_gpu_ids]
+        assert len(gpus) == row.num_gpus  # a process (a row part) per GPU, each with one
+        assert len(set(row.ray_node_id.split(";"))) == row.nodes  # the 2-node trial: one rank on each
+        assert 0 <= row.val_acc <= 1 and row.steady_images_per_sec > 0
+        assert row.framework_version.startswith("pytorch ") and row.layout == "NCHW" and row.compiler is None
+        assert row.device_kind == "cpu-emulated" and row.peak_device_mem_mib is None
+    # Learnable data: each trial learns (chance is 0.1).
+    assert (epochs.groupby("trial_id").val_acc.max() > 0.3).all(), epochs[["num_gpus", "nodes", "epoch", "val_acc"]]
+
+    out = run_cli("report", str(folder))
+    assert out.returncode == 0, out.stderr[-3000:]
+    from sweep import report
+    throughput = report.build_report(report.load_run(folder)).throughput.frame
+    assert len(throughput) >= 1 and "pytorch" in throughput.to_string()
+
+
+def session_workers(session: int, seen: set[int]) -> list[int]:
+    """pids of the TrialWorker processes of the driver whose session is `session` (Ray's processes stay in
+    the session of the driver that started them), leaving out those already `seen`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in seen:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            if "ray::TrialWorker" in cmdline and os.getsid(int(entry.name)) == session:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def start_sweep(sweep: Path, results: Path, *options: str, **env: str) -> subprocess.Popen:
+    """`python -m sweep` on two emulated GPUs, in a session of its own (the test stops it and what it started)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+    full_env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen([sys.executable, "-m", "sweep", str(sweep), "--results", str(results), "--emulate-gpus", "2",
+                             *options], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=full_env, start_new_session=True)
+
+
+def epoch_rows(results: Path, name: str) -> pd.DataFrame:
+    """The epoch rows of the sweep's latest run so far (none while it has none)."""
+    runs = store.run_dirs(results, name)
+    try:
+        return store.RunStore(runs[-1]).epochs() if runs else pd.DataFrame()
+    except store.StoreError:
+        return pd.DataFrame()
+
+
+def wait_for(what, timeout_s: float = 240, proc: subprocess.Popen | None = None):
+    deadline = time.time() + timeout_s
+    while not (found := what()):
+        assert proc is None or proc.poll() is None, proc.stdout.read()[-3000:] if proc else ""
+        assert time.time() < deadline, "never happened"
+        time.sleep(0.3)
+    return found
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_or_hangs_fails_its_trial_in_bounded_time_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    # Three 2-GPU trials one after the other: the first loses a rank to SIGKILL, the second has one frozen
+    # (SIGSTOP: its peer waits in the all-reduce until the process group's timeout), the third completes.
+    sweep = tmp_path / "ranks.yaml"
+    sweep.write_text("""\
+description: "PyTorch 2-GPU trials: a rank killed, a rank frozen, one that completes"
+fixed: {framework: pytorch, model: resnet8_cifar, data: synthetic, num_gpus: 2, batch_per_gpu: 4, steps_per_epoch: 2,
+        warmup_steps: 0, lr: 0.05}
+include:
+  - {seed: 1, epochs: 2000}
+  - {seed: 2, epochs: 2000}
+  - {seed: 3, epochs: 2}
+""")
+    results, timeout_s = tmp_path / "results", 30
+    proc = start_sweep(sweep, results, "--max-concurrent", "1", "--scale", "full", SWEEP_DDP_TIMEOUT_S=str(timeout_s))
+    try:
+        def epochs_of(seed: int) -> int:
+            rows = epoch_rows(results, "ranks")
+            return int((rows.seed == seed).sum()) if len(rows) else 0
+
+        wait_for(lambda: epochs_of(1) >= 1, proc=proc)
+        first = wait_for(lambda: session_workers(proc.pid, set()), proc=proc)
+        assert len(first) == 2, first
+        os.kill(first[1], signal.SIGKILL)
+        killed_at = time.time()
+        wait_for(lambda: epochs_of(2) >= 1, proc=proc)
+        second = wait_for(lambda: session_workers(proc.pid, set(first)), proc=proc)
+        assert len(second) == 2, second
+        os.kill(second[1], signal.SIGSTOP)
+        stopped_at = time.time()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, out[-3000:]  # some trials failed; their rows are written
+    trials = pd.read_parquet(store.run_dirs(results, "ranks")[-1] / "trials").set_index("seed")
+    assert trials.loc[3, "status"] == "completed", trials[["status", "error"]]
+    died, hung = trials.loc[1], trials.loc[2]
+    assert died.status == "failed" and died.error_type in ("ActorDiedError", "RayActorError"), (died.error_type, died.error)
+    # At once (Ray reports the death, the engine waits 10 s to tell a lost node from a dead process),
+    # well within the process group's timeout.
+    assert died.ended_at - killed_at < timeout_s, died.ended_at - killed_at
+    assert hung.status == "failed" and ("timed out" in hung.error.lower() or "timeout" in hung.error.lower()), hung.error
+    assert timeout_s * 0.8 < hung.ended_at - stopped_at < timeout_s + 60, hung.ended_at - stopped_at
+
+
+@pytest.mark.slow
+def test_a_killed_pytorch_trial_resumes_from_its_last_epoch(tmp_path: Path) -> None:
+    # One 2-GPU trial; the driver and every process it started are SIGKILLed after two epochs; --resume
+    # restarts the trial from its newest checkpoint (rank 0 wrote it, both ranks load it).
+    sweep = tmp_path / "resume.yaml"
+    sweep.write_text("""\
+description: "one PyTorch 2-GPU trial, killed and resumed"
+fixed: {framework: pytorch, model: resnet8_cifar, data: synthetic, num_gpus: 2, batch_per_gpu: 4, epochs: 6,
+        steps_per_epoch: 3, warmup_steps: 0, lr: 0.05}
+""")
+    results = tmp_path / "results"
+    proc = start_sweep(sweep, results)
+
+    def rows() -> pd.DataFrame:
+        return epoch_rows(results, "resume")
+
+    try:
+        wait_for(lambda: len(rows()) >= 2, proc=proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = rows()
+    assert 2 <= len(before) < 6, before[["epoch", "attempt"]]
+    out = run_cli(str(sweep), "--results", str(results), "--resume", "--emulate-gpus", "2", timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    after = rows()
+    assert sorted(after.epoch) == list(range(6)) and not after.duplicated(["trial_id", "epoch"]).any()
+    resumed = after[after.attempt == after.attempt.max()]
+    # The second attempt began where the first one's rows (and so its checkpoints) ended, not at epoch 0.
+    assert after.attempt.nunique() == 2 and resumed.epoch.min() in (before.epoch.max(), before.epoch.max() + 1)
+    assert resumed.epoch.min() > 0
+    trials = pd.read_parquet(store.run_dirs(results, "resume")[-1] / "trials")
+    assert list(trials.status) == ["completed"] and list(trials.attempts) == [2]
