@@ -294,6 +294,7 @@ class Estimator:
         spreads = [_spread(w) for w in self.walls.values() if len(w) > 1]
         self.repeat_spread = statistics.median(spreads) if spreads else None
         self.runs = len({(m.sweep, m.run_id) for m in self.found})
+        self.measured_models = {(m.config.framework, m.config.model) for m in self.found}
 
     @staticmethod
     def _leave_one_out(points: list[Measurement]) -> float | None:
@@ -321,6 +322,9 @@ class Estimator:
         if trial.framework not in self.fit.overhead:  # its start-up is another framework's: the error above does not hold
             return Guess(self.fit.predict(trial), "model", trials, None,
                          f"{basis}, none of them {trial.framework} (its start-up taken from the others)")
+        if (trial.framework, trial.model) not in self.measured_models:  # the error above was measured on other networks
+            return Guess(self.fit.predict(trial), "model", trials, None,
+                         f"{basis}, none of them {trial.framework} {trial.model} (error unknown)")
         error = f"; its error on them +-{self.model_error:.0%}" if self.model_error is not None else ""
         return Guess(self.fit.predict(trial), "model", trials, self.model_error, basis + error)
 
