@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-concurrent", type=int, metavar="N", help="as run's: at most N trials at once")
     plan.add_argument("--results", default="results", help="the store whose earlier runs the estimates learn from: " + RESULTS_HELP)
     plan.add_argument("--max-trials", **max_trials)
-    plan.add_argument("--json", action="store_true", help="the plan as JSON (README: Planning a sweep)")
+    plan.add_argument("--json", action="store_true", help="the plan as JSON (docs/plans.md)")
     run = sub.add_parser("run", help="run a sweep (also: python -m sweep NAME)", epilog=EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("sweep", help="sweep name or path to a .yaml file")

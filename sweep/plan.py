@@ -8,7 +8,7 @@ duration comes from sweep/estimates.py, which says where from and how uncertain;
 in-order dispatch simulated in the order the trials will be handed to it (sweep/packing.py), its range
 the same with every estimate at its low and high end. `run` prints the same plan before its trials
 start and records it in run.json (store.Estimate), and the next plan says how far off it was.
-`--json` prints the Plan dataclass below as JSON (README: "Planning a sweep").
+`--json` prints the Plan dataclass below as JSON (docs/plans.md).
 """
 from __future__ import annotations
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from cifar_files import write_cifar10
 from conftest import ROOT
 
@@ -215,6 +214,27 @@ def test_the_notebook_runs_as_shipped_on_the_first_run(ran: Path, tmp_path: Path
     tta = next(out for out in shipped if "Time to accuracy" in out or "time_to_target" in out or "no target" in out)
     assert "no target" not in tta and "0.75" in tta
     assert shipped[-1].strip() == "set AGAINST to a second run folder to compare"
+    assert "Throughput, speedup and efficiency" in everything and "speedup(n) = images/s(n) / images/s(1)" in everything
     (run_dir,) = sorted((ran / "results" / "resnet50_lr_scaling").iterdir())
     compared = execute(f"AGAINST = {str(run_dir)!r}")
     assert "no environment difference" in compared[-1] and "B / A" in compared[-1]
+
+
+@pytest.mark.slow
+def test_the_first_runs_plots_name_its_lrs_and_draw_only_real_efficiency_lines(ran: Path) -> None:
+    """The accuracy-vs-lr plot has a tick per lr the run tried (it had one, 10^-1, for 0.025-0.4), and the
+    efficiency plot draws no group that has only its 1-GPU point (each was one dot at 100%)."""
+    from sweep import report
+
+    (run_dir,) = sorted((ran / "results" / "resnet50_lr_scaling").iterdir())
+    run = report.load_run(run_dir)
+    figures = report.trial_figures(run.trials, run.epochs)
+    long = report.scaling(figures)
+    axis = report.plot_val_acc_vs_lr(figures, run.emulated).axes[0]
+    lrs = sorted(figures.lr.unique())
+    assert len(lrs) >= 3 and [float(t) for t in axis.get_xticks()] == pytest.approx(lrs)
+    assert [t.get_text() for t in axis.get_xticklabels()] == [f"{lr:g}" for lr in lrs]
+    efficiency = report.plot_efficiency(long, run.emulated).axes[0]
+    drawn = [line for line in efficiency.get_lines() if line.get_label() != "ideal (100%)"]
+    with_scaling = long[long.efficiency.notna()].groupby("speed_group").num_gpus.nunique()
+    assert len(drawn) == (with_scaling > 1).sum() and all(len(line.get_xdata()) > 1 for line in drawn)

@@ -6,7 +6,6 @@ runs the docs' commands as a user types them). The slow test at the end makes it
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 import sys
 import warnings
@@ -224,3 +223,39 @@ def test_env_runs_are_quiet_and_a_comparison_names_the_environment(tmp_path: Pat
     h100 = run_cli("plan", ONE_TRIAL, "--results", str(results), "--set", "data=synthetic", "--nodes", "1",
                    "--gpus-per-node", "1", "--gpu-model", "H100", timeout=120)
     assert h100.returncode == 0 and "last run" not in h100.stdout, h100.stdout
+
+
+@pytest.mark.slow
+def test_a_second_run_beside_a_running_one_says_each_has_its_own_ray(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """While one run's driver runs tiny_mxnet in its embedded Ray, a new run of the same sweep is told the
+    truth: the two share this machine, each in its own Ray (it was told they share "the cluster")."""
+    import argparse
+    import os
+    import signal
+    import time
+
+    from sweep import launch
+    from sweep.runs import latest_unfinished
+
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    first = subprocess.Popen([sys.executable, "-m", "sweep", str(SWEEPS / "tiny_mxnet.yaml"), "--results", str(results),
+                              "--set", "epochs=50", "--set", "data=synthetic"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline:  # until its driver has recorded its session
+            state = latest_unfinished(results, "tiny_mxnet") if (results / "tiny_mxnet").is_dir() else None
+            if state is not None and state.driver:
+                break
+            assert first.poll() is None, first.stdout.read()
+            time.sleep(1)
+        args = argparse.Namespace(sweep=str(SWEEPS / "tiny_mxnet.yaml"), results=str(results), address=None)
+        launch._note_unfinished(args, spec.load(args.sweep), results)
+        said = capsys.readouterr().out
+        assert f"its driver (pid {first.pid}) is running it now, in its own embedded Ray" in said, said
+        assert "shares the cluster" not in said
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=300)
