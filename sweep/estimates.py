@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from sweep import packing, store
 from sweep.errors import StoreError
+from sweep.limits import count
 from sweep.location import Location
 from sweep.schema import Status
 from sweep.store import RunMeta
@@ -351,7 +352,7 @@ class Comparison:
     def line(self) -> str:
         sources = ", ".join(f"{source} {error:.0%}" for source, error in sorted(self.by_source.items()))
         text = (f"run {self.run_id} (session {self.session}): estimates off by a median {self.median_error:.0%} over "
-                f"{self.trials} trials ({sources}), {'long' if self.bias > 0 else 'short'} by a median {abs(self.bias):.0%}; "
+                f"{count(self.trials, 'trial')} ({sources}), {'long' if self.bias > 0 else 'short'} by a median {abs(self.bias):.0%}; "
                 f"worst {self.worst_error:.0%} (trial {self.worst_trial}: {_seconds(self.worst_estimated_s)} estimated, "
                 f"{_seconds(self.worst_actual_s)} taken)")
         if self.makespan_estimated_s is not None and self.makespan_actual_s:
