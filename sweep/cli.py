@@ -13,7 +13,7 @@ from typing import Any
 from sweep import limits, spec
 from sweep.errors import UsageError, UserError
 from sweep.gcs import LOST_EXIT
-from trainables.config import TrialConfig
+from trainables.config import TrialConfig, uses
 
 COMMANDS = ("list", "show", "plan", "run", "report", "status", "runs", "rm", "data")
 RESULTS_HELP = "results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)"
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-concurrent", type=int, metavar="N", help="as run's: at most N trials at once")
     plan.add_argument("--results", default="results", help="the store whose earlier runs the estimates learn from: " + RESULTS_HELP)
     plan.add_argument("--max-trials", **max_trials)
-    plan.add_argument("--json", action="store_true", help="the plan as JSON (README: Planning a sweep)")
+    plan.add_argument("--json", action="store_true", help="the plan as JSON (docs/plans.md)")
     run = sub.add_parser("run", help="run a sweep (also: python -m sweep NAME)", epilog=EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("sweep", help="sweep name or path to a .yaml file")
@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("sweep", help="sweep name or path to a .yaml file")
     status.add_argument("--run", metavar="RUN_ID", help="this run instead of the latest (python -m sweep runs lists them)")
     status.add_argument("--results", default="results", help=RESULTS_HELP)
+    status.add_argument("--max-trials", **max_trials)
     runs = sub.add_parser("runs", help="every run (of one sweep, or all) with its trials' states, GPU-hours, date, command")
     runs.add_argument("sweep", nargs="?", help="sweep name or path to a .yaml file (default: every sweep under --results)")
     runs.add_argument("--results", default="results", help=RESULTS_HELP)
@@ -153,7 +154,7 @@ SHOWN = {"framework": "framework", "model": "model", "num_gpus": "gpus", "batch_
 def trial_table(trials: list[TrialConfig]) -> list[str]:
     """One line per trial: the usual columns, then every other setting the sweep varies."""
     cols = [*SHOWN, *(axis for axis in spec.varying_axes(trials) if axis not in SHOWN)]
-    rows = [[t.trial_id] + [_fmt(getattr(t, c)) for c in cols] for t in trials]
+    rows = [[t.trial_id] + [_fmt(getattr(t, c)) if uses(t.framework, c) else "-" for c in cols] for t in trials]
     head = ["trial_id", *(SHOWN.get(c, c) for c in cols)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
@@ -170,15 +171,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     from sweep import overrides
 
     sweep = overrides.apply(spec.load(args.sweep, args.max_trials), overrides.parse(args.set))
+    scales = [args.scale] if args.scale else list(spec.SCALES)
+    shown = {scale: overrides.trials(sweep, scale) for scale in scales}  # every scale checked before anything is printed
     print(f"{sweep.name}: {sweep.description}")
     if sweep.study:
         print(f"reproduces: {sweep.study}")
     if sweep.overrides:
         print(f"with {overrides.options(sweep.overrides)}")
-    scales = [args.scale] if args.scale else list(spec.SCALES)
-    for scale in scales:
-        trials = sweep.trials(scale)
-        print(f"\nscale {scale}: {len(trials)} trials")
+    for scale, trials in shown.items():
+        print(f"\nscale {scale}: {len(trials)} trial{'' if len(trials) == 1 else 's'}")
         for line in trial_table(trials):
             print("  " + line)
     return 0

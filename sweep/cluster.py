@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
+
+from sweep.limits import count
 
 # Environment of every trial process: quiet TensorFlow logs on each worker; the driver's settings that
 # trials read (SWEEP_DDP_TIMEOUT_S: how long a PyTorch rank waits for its peers, trainables/pytorch/backend.py).
@@ -49,6 +53,8 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
     from sweep import dashboard
 
     runtime_env: dict[str, Any] = {"env_vars": TRIAL_ENV}
+    if not sys.stdout.isatty():  # the lines Ray prints in the driver (raylet's) carry no colour codes into logs
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     address = address or os.environ.get("RAY_ADDRESS")
     if emulated and not address:
         # Ray ties GPUs to CUDA_VISIBLE_DEVICES and refuses fake ones where it names none (a user hiding
@@ -108,8 +114,10 @@ def infeasible(requests: dict[str, tuple[int, int, int]], nodes: list[Node]) -> 
             continue
         if spread == 1:
             biggest = max(((n.gpus, n.cpus) for n in nodes), default=(0, 0))
-            out[trial] = f"needs {gpus} GPUs and {cpus} CPUs on one node; the largest node has {biggest[0]:g} GPUs, {biggest[1]:g} CPUs"
+            has = count(biggest[0], "GPU") + (f", {count(biggest[1], 'CPU')}" if math.isfinite(biggest[1]) else "")
+            out[trial] = f"needs {count(gpus, 'GPU')} and {count(cpus, 'CPU')} on one node; the largest node has {has}"
         else:
-            out[trial] = (f"needs {spread} nodes with {gpus} GPUs and {cpus} CPUs each; "
-                          f"{fitting} of the cluster's {len(nodes)} nodes have that")
+            out[trial] = (f"needs {spread} nodes with {count(gpus, 'GPU')} and {count(cpus, 'CPU')} each; "
+                          f"{fitting} of the cluster's {count(len(nodes), 'node')} {'has' if fitting == 1 else 'have'} that")
     return out
+

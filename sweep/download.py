@@ -101,7 +101,8 @@ def _transfer(url: str, f: BinaryIO, part: Path, progress: _Progress, limit: int
         raise FetchError(f"{url}: HTTP {e.code} {e.reason}") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
         why = e.reason if isinstance(e, urllib.error.URLError) else e
-        raise FetchError(f"{url}: cannot download ({why})") from None
+        kept = f"; the {have / MIB:.1f} MiB downloaded so far are kept" if have else ""
+        raise FetchError(f"{url}: cannot download ({why}){kept}: run the same command again to resume") from None
     with response:
         start, total = _body_range(response, url)
         if start != have:

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from sweep import packing, store
 from sweep.errors import StoreError
+from sweep.limits import count
 from sweep.location import Location
 from sweep.schema import Status
 from sweep.store import RunMeta
@@ -294,6 +295,7 @@ class Estimator:
         spreads = [_spread(w) for w in self.walls.values() if len(w) > 1]
         self.repeat_spread = statistics.median(spreads) if spreads else None
         self.runs = len({(m.sweep, m.run_id) for m in self.found})
+        self.measured_models = {(m.config.framework, m.config.model) for m in self.found}
 
     @staticmethod
     def _leave_one_out(points: list[Measurement]) -> float | None:
@@ -321,6 +323,9 @@ class Estimator:
         if trial.framework not in self.fit.overhead:  # its start-up is another framework's: the error above does not hold
             return Guess(self.fit.predict(trial), "model", trials, None,
                          f"{basis}, none of them {trial.framework} (its start-up taken from the others)")
+        if (trial.framework, trial.model) not in self.measured_models:  # the error above was measured on other networks
+            return Guess(self.fit.predict(trial), "model", trials, None,
+                         f"{basis}, none of them {trial.framework} {trial.model} (error unknown)")
         error = f"; its error on them +-{self.model_error:.0%}" if self.model_error is not None else ""
         return Guess(self.fit.predict(trial), "model", trials, self.model_error, basis + error)
 
@@ -347,7 +352,7 @@ class Comparison:
     def line(self) -> str:
         sources = ", ".join(f"{source} {error:.0%}" for source, error in sorted(self.by_source.items()))
         text = (f"run {self.run_id} (session {self.session}): estimates off by a median {self.median_error:.0%} over "
-                f"{self.trials} trials ({sources}), {'long' if self.bias > 0 else 'short'} by a median {abs(self.bias):.0%}; "
+                f"{count(self.trials, 'trial')} ({sources}), {'long' if self.bias > 0 else 'short'} by a median {abs(self.bias):.0%}; "
                 f"worst {self.worst_error:.0%} (trial {self.worst_trial}: {_seconds(self.worst_estimated_s)} estimated, "
                 f"{_seconds(self.worst_actual_s)} taken)")
         if self.makespan_estimated_s is not None and self.makespan_actual_s:

@@ -23,7 +23,7 @@ from sweep import environments, estimates, gcs, limits, overrides, spec, store
 from sweep.environments import Environment
 from sweep.errors import UsageError
 from sweep.location import Location
-from sweep.plan import Plan, Target, build, emulated_shape, last_run, started_target, with_host_cpus
+from sweep.plan import Plan, Target, build, check_emulation, emulated_shape, last_run, started_target, with_host_cpus
 from sweep.runs import RunState, latest_unfinished, reach, read_run, results_location, resume_command, run_by_id
 from sweep.schema import Status
 from sweep.spec import Sweep
@@ -110,16 +110,17 @@ def prepare(args: argparse.Namespace) -> Launch:
     real_gpus = 0 if address else environment.real_gpu_count()
     emulated: bool | None = None if address else (bool(args.emulate_gpus) or real_gpus == 0)
     scale = resumed.meta.scale if resumed else args.scale or ("smoke" if emulated else "full")
-    all_trials = sweep.trials(scale)
+    all_trials = overrides.trials(sweep, scale)
     pending = set(resumed.pending(args.retry_failed)) if resumed else None
     trials = [t for t in all_trials if pending is None or t.trial_id in pending]
     nodes, gpus_per_node = 1, real_gpus
     if emulated:
-        _check_emulation(max(t.nodes for t in all_trials), max(t.gpus_per_node for t in all_trials))
+        check_emulation(all_trials)
         _check_emulated_precision(all_trials)
         nodes, gpus_per_node = emulated_shape(all_trials, args.emulate_gpus)
         why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
-        where = f"{nodes} Ray nodes on this machine with {gpus_per_node} GPUs each" if nodes > 1 else f"{gpus_per_node} GPUs in Ray"
+        where = (f"{nodes} Ray nodes on this machine with {limits.count(gpus_per_node, 'GPU')} each" if nodes > 1
+                 else f"{limits.count(gpus_per_node, 'GPU')} in Ray")
         print(f"{why}: emulating {where}, each trial on as many CPU devices "
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
     data_dir = _data_dir(args, sweep, trials, scale, resumed)
@@ -127,16 +128,6 @@ def prepare(args: argparse.Namespace) -> Launch:
     run_id = resumed.meta.run_id if resumed else store.new_run_id()
     return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node,
                   envs, run_id)
-
-
-def _check_emulation(nodes: int, gpus_per_node: int) -> None:
-    """The embedded emulation starts Ray nodes and CPU devices on this one machine: a few, not a cluster's worth."""
-    if nodes > limits.MAX_EMULATED_NODES:
-        raise UsageError(f"trials span up to {nodes} nodes; the embedded Ray emulates at most {limits.MAX_EMULATED_NODES} "
-                         "on one machine: run them on a cluster (--address)")
-    if gpus_per_node > limits.MAX_EMULATED_GPUS:
-        raise UsageError(f"trials need {gpus_per_node} GPUs on a node; the embedded Ray emulates at most "
-                         f"{limits.MAX_EMULATED_GPUS} per node: run them on a cluster (--address)")
 
 
 def _check_emulated_precision(trials: list[TrialConfig]) -> None:
@@ -195,7 +186,9 @@ def _note_unfinished(args: argparse.Namespace, sweep: Sweep, results: Location) 
     done, pid = len(earlier.meta.trials) - len(earlier.pending(False)), earlier.driver
     print(f"note: run {earlier.meta.run_id} of {sweep.name} is unfinished ({done} of "
           f"{len(earlier.meta.trials)} trials ended); "
-          + (f"its driver (pid {pid}) is running it now: this new run shares the cluster with it" if pid
+          + ((f"its driver (pid {pid}) is running it now: this new run shares the cluster with it" if args.address
+              or os.environ.get("RAY_ADDRESS") else f"its driver (pid {pid}) is running it now, in its own embedded Ray: "
+              "the two runs share this machine's CPUs and GPUs, each unaware of the other's trials") if pid
              else "continue it with: " + resume_command(args.sweep, earlier.meta.run_id, earlier.meta.overrides, args.results)))
 
 
@@ -258,7 +251,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
                        data_dir=launch.data_dir, emulated=launch.emulated,
                        trials=[t.trial_id for t in launch.all_trials], overrides=dict(launch.sweep.overrides))
         run = RunStore.create(launch.results, meta, launch.sweep.text)
-        print(f"sweep {launch.sweep.name}: {len(launch.trials)} trials at scale {launch.scale}, run {meta.run_id}")
+        print(f"sweep {launch.sweep.name}: {limits.count(len(launch.trials), 'trial')} at scale {launch.scale}, run {meta.run_id}")
     meta.sessions.append(session)
     run.write_meta(meta)
     print(f"results: {run.dir}")
@@ -328,7 +321,7 @@ def _plan(launch: Launch, trials: list[TrialConfig], target: Target,
     """The plan of this session's trials on the cluster Ray reports, printed: it heads the run's output."""
     results = launch.results
     plan, ordered = build(launch.sweep, launch.scale, trials, target, estimates.history(results),
-                          last_run(results, launch.sweep.name), max_concurrent)
+                          last_run(results, launch.sweep.name, target.hardware), max_concurrent)
     for line in plan.lines():
         print(line)
     return plan, ordered

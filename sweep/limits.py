@@ -71,7 +71,12 @@ def name_problem(name: str) -> str | None:
     if not name or len(name) > MAX_NAME:
         return f"1 to {MAX_NAME} characters"
     if not all(c.isascii() and (c.isalnum() or c in "_.-") for c in name):
-        return "letters, digits, '_', '.' or '-'"
+        return "letters, digits, '_', '.' or '-', all ASCII"
     if not name[0].isalnum():  # nor '.' or '..', which are no folder of their own
         return "a name that starts with a letter or digit"
     return None
+
+
+def count(n: float, thing: str) -> str:
+    """"1 trial", "2 trials": a count as a message says it (`thing` takes an s for the plural)."""
+    return f"{n:g} {thing}{'' if n == 1 else 's'}"

@@ -18,6 +18,7 @@ import yaml
 from sweep import settings, spec
 from sweep.errors import SpecError
 from sweep.spec import Sweep
+from trainables.config import TrialConfig
 
 
 def parse(texts: list[str] | None) -> dict[str, Any]:
@@ -47,7 +48,8 @@ def parse(texts: list[str] | None) -> dict[str, Any]:
             raise SpecError(f"--set {text}: malformed value: nested too deep") from None
         expected = settings.CHECKS[key](value)
         if expected:
-            raise SpecError(f"--set {text}: expected {expected}, got {_short(repr(value))}")
+            got = "nothing" if not raw.strip() else _short(repr(value))  # `--set lr=`: YAML reads an empty value as null
+            raise SpecError(f"--set {text}: expected {expected}, got {got}")
         out[key] = value
     return out
 
@@ -57,18 +59,21 @@ def _short(text: str) -> str:
 
 
 def apply(sweep: Sweep, overrides: dict[str, Any]) -> Sweep:
-    """The sweep with these settings over every trial; what only a whole trial can tell is checked here,
-    at both scales, and named after the --set options (the file alone was valid)."""
-    if not overrides:
-        return sweep
-    changed = dataclasses.replace(sweep, overrides=dict(overrides))
-    for scale in spec.SCALES:
-        try:
-            changed.trials(scale)
-        except SpecError as e:
-            problem = str(e).removeprefix(f"{sweep.path}: ")
-            raise SpecError(f"{options(overrides)}: {problem}") from None
-    return changed
+    """The sweep with these settings over every trial. What only a whole trial can tell is checked by
+    `trials`, at the scale that is asked for (the file alone was valid at both)."""
+    return dataclasses.replace(sweep, overrides=dict(overrides)) if overrides else sweep
+
+
+def trials(sweep: Sweep, scale: str) -> list[TrialConfig]:
+    """The trials of one scale; a problem that only the --set values made is named after them and the scale,
+    since a --set is checked against the scale that runs (the other may accept it)."""
+    try:
+        return sweep.trials(scale)
+    except SpecError as e:
+        if not sweep.overrides:
+            raise
+        problem = str(e).removeprefix(f"{sweep.path}: ")
+        raise SpecError(f"{options(sweep.overrides)}: {problem} (at scale {scale})") from None
 
 
 def value_text(value: Any) -> str:

@@ -8,7 +8,7 @@ duration comes from sweep/estimates.py, which says where from and how uncertain;
 in-order dispatch simulated in the order the trials will be handed to it (sweep/packing.py), its range
 the same with every estimate at its low and high end. `run` prints the same plan before its trials
 start and records it in run.json (store.Estimate), and the next plan says how far off it was.
-`--json` prints the Plan dataclass below as JSON (README: "Planning a sweep").
+`--json` prints the Plan dataclass below as JSON (docs/plans.md).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from sweep import estimates, limits, overrides, packing, spec, store
 from sweep.cluster import Node
 from sweep.errors import UsageError
 from sweep.estimates import Comparison, Estimator, Hardware, History
+from sweep.limits import count
 from sweep.location import Location
 from sweep.runs import results_location
 from sweep.spec import Sweep
@@ -86,6 +87,7 @@ class Plan:
     history: str  # what the estimates stand on
     model_error: float | None  # the model-cost estimate's median error on the measured trials (leave one out)
     last_run: Comparison | None  # the latest run's estimates against what its trials took
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the plan cannot show in its table
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -97,7 +99,7 @@ class Plan:
                               [n.cpus if n.cpus is not None else math.inf for n in self.nodes], self.max_concurrent)
 
     def lines(self) -> list[str]:
-        head = f"plan: {self.sweep} at scale {self.scale}, {len(self.trials)} trials"
+        head = f"plan: {self.sweep} at scale {self.scale}, {count(len(self.trials), 'trial')}"
         out = [head + (f" ({overrides.options(self.overrides)})" if self.overrides else ""),
                f"cluster: {self.cluster}; estimates for {self.hardware}"]
         out += ["  " + line for line in table(
@@ -109,9 +111,14 @@ class Plan:
             ["trial_id", "trial", "CPUs", "fits", "estimate", "from"],
             [[t.trial_id, t.label, str(t.cpus), f"{t.fits_nodes} node{'s' if t.fits_nodes != 1 else ''}", _estimate(t), t.basis]
              for t in self.trials])]
+        reasons: dict[str, list[str]] = {}
         for t in self.trials:
             if t.infeasible:
-                out.append(f"fits no node: {t.trial_id} {t.infeasible}")
+                reasons.setdefault(t.infeasible, []).append(t.trial_id)
+        for reason, ids in reasons.items():  # one line per reason, not per trial
+            who = ids[0] if len(ids) == 1 else f"{len(ids)} trials ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
+            out.append(f"fits no node: {who} {reason}")
+        out += self.notes
         out.append(self._totals())
         out.append(self.history)
         if self.last_run:
@@ -154,6 +161,18 @@ def _estimate(t: TrialPlan) -> str:
 
 # --- the cluster ----------------------------------------------------------------------------------
 
+def check_emulation(trials: Sequence[TrialConfig]) -> None:
+    """The embedded emulation starts Ray nodes and CPU devices on this one machine: a few, not a cluster's
+    worth. `plan` and `run` refuse the same sweeps."""
+    nodes, gpus_per_node = max(t.nodes for t in trials), max(t.gpus_per_node for t in trials)
+    if nodes > limits.MAX_EMULATED_NODES:
+        raise UsageError(f"trials span up to {nodes} nodes; the embedded Ray emulates at most {limits.MAX_EMULATED_NODES} "
+                         "on one machine: run them on a cluster (--address)")
+    if gpus_per_node > limits.MAX_EMULATED_GPUS:
+        raise UsageError(f"trials need {gpus_per_node} GPUs on a node; the embedded Ray emulates at most "
+                         f"{limits.MAX_EMULATED_GPUS} per node: run them on a cluster (--address)")
+
+
 def emulated_shape(trials: Sequence[TrialConfig], emulate_gpus: int | None) -> tuple[int, int]:
     """(Ray nodes, GPUs each) of an embedded Ray with emulated GPUs: as many nodes as the widest trial
     spans, each with --emulate-gpus GPUs or twice the GPUs per node of the largest trial."""
@@ -186,17 +205,20 @@ def cluster_hardware(nodes: Sequence[Node]) -> tuple[Hardware, str]:
 def _shape(nodes: Sequence[Node], emulated: bool) -> str:
     gpus = {n.gpus for n in nodes}
     each = f"{next(iter(gpus)):g}" if len(gpus) == 1 else "/".join(f"{n.gpus:g}" for n in nodes)
-    return (f"{len(nodes)} node{'s' if len(nodes) > 1 else ''} with {each} {'emulated ' if emulated else ''}GPUs"
-            f"{' each' if len(nodes) > 1 else ''} and {nodes[0].cpus:g} CPUs")
+    kind = f"{'emulated ' if emulated else ''}GPU{'' if gpus == {1} else 's'}"
+    return (f"{count(len(nodes), 'node')} with {each} {kind}"
+            f"{' each' if len(nodes) > 1 else ''} and {count(nodes[0].cpus, 'CPU')}")
 
 
 def embedded_target(trials: Sequence[TrialConfig], emulate_gpus: int | None, emulated: bool) -> Target:
     """The embedded Ray `run` would start here for these trials, without starting it."""
     from trainables import environment
 
-    count, gpus = emulated_shape(trials, emulate_gpus) if emulated else (1, environment.real_gpu_count())
+    if emulated:
+        check_emulation(trials)
+    node_count, gpus = emulated_shape(trials, emulate_gpus) if emulated else (1, environment.real_gpu_count())
     cpus = float(os.cpu_count() or 1)  # what Ray finds on this machine
-    nodes = [Node(f"node-{i + 1}", "local", cpus, float(gpus)) for i in range(count)]
+    nodes = [Node(f"node-{i + 1}", "local", cpus, float(gpus)) for i in range(node_count)]
     why = " (no GPU found)" if emulated and not emulate_gpus else ""
     return Target(nodes, machine_hardware(emulated), f"an embedded Ray as `run` would start it here: {_shape(nodes, emulated)}{why}")
 
@@ -219,7 +241,7 @@ def described_target(args: argparse.Namespace) -> Target:
 
         hardware, like = machine_hardware(environment.real_gpu_count() == 0), " like this machine's (--gpu-model names others)"
     cpu_text = f"{args.cpus_per_node} CPUs each" if args.cpus_per_node else "CPUs not given"
-    return Target(nodes, hardware, f"{args.nodes} nodes of {args.gpus_per_node} GPUs{like}, {cpu_text}")
+    return Target(nodes, hardware, f"{count(args.nodes, 'node')} of {count(args.gpus_per_node, 'GPU')}{like}, {cpu_text}")
 
 
 def joined_target(address: str, name: str) -> Target:
@@ -272,8 +294,23 @@ def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, h
     plan = Plan(sweep=sweep.name, scale=scale, overrides=dict(sweep.overrides), cluster=target.description,
                 hardware=str(target.hardware), nodes=nodes, order=how, trials=trial_plans, max_concurrent=max_concurrent,
                 history=_history_line(estimator), model_error=estimator.model_error, last_run=last_run,
+                notes=_notes(trials, target),
                 **_totals(ordered, guesses, estimator.gap, gpus, cpus, max_concurrent, timed and bool(ordered), makespan))
     return plan, ordered
+
+
+# GPUs of the Hopper architecture (sm_90), as their models' names say: no pip MXNet has kernels for them.
+HOPPER = ("H100", "H200", "H800", "H20", "GH200")
+
+
+def _notes(trials: list[TrialConfig], target: Target) -> list[str]:
+    model = target.hardware.model or ""
+    if target.hardware.kind == "gpu" and any(t.framework == "mxnet" for t in trials) \
+            and any(word in HOPPER for word in model.replace("-", " ").split()):
+        return [f"note: no pip build of MXNet runs on {model} (Hopper): the framework check before the trials stops "
+                "the run unless MXNet gets an environment with a Hopper build (--env, environments:; docs/gpus.md), "
+                "or --skip-infeasible records its trials as infeasible"]
+    return []
 
 
 def _trial_plan(t: TrialConfig, guess: estimates.Guess, nodes: list[Node], infeasible: str | None,
@@ -290,7 +327,8 @@ def _totals(ordered: list[TrialConfig], guesses: dict[str, estimates.Guess], gap
     if not timed:
         return {"makespan_s": None, "makespan_range_s": None, "lower_bound_s": None, "gpu_hours": None,
                 "gpu_hours_range": None}
-    at = lambda side: {t.trial_id: guesses[t.trial_id].seconds * (1 + side * (guesses[t.trial_id].uncertainty or 0))  # noqa: E731
+    # An estimate of +-u spans seconds / (1 + u) to seconds x (1 + u): never below zero, however large u is.
+    at = lambda side: {t.trial_id: guesses[t.trial_id].seconds * (1 + (guesses[t.trial_id].uncertainty or 0)) ** side  # noqa: E731
                        for t in ordered}
     low, mid, high = at(-1), at(0), at(1)
     hours = lambda s: sum(store.gpu_hours(t.num_gpus, s[t.trial_id]) for t in ordered)  # noqa: E731
@@ -306,23 +344,21 @@ def _history_line(estimator: Estimator) -> str:
         return f"estimates: no earlier run on {estimator.hardware} in the store; a first run of the sweep teaches them"
     error = (f"; the model-cost estimate's error on them +-{estimator.model_error:.0%} (median, each predicted from the others)"
              if estimator.model_error is not None else "")
-    gap = (f"; the makespan adds Tune's start-up, {estimator.gap:.1f} s per trial in {_count(estimator.gap_sessions, 'earlier session')}"
+    gap = (f"; the makespan adds Tune's start-up, {estimator.gap:.1f} s per trial in {count(estimator.gap_sessions, 'earlier session')}"
            if estimator.gap_sessions else "")
-    return (f"estimates from {_count(len(estimator.walls), 'trial')} measured in {_count(estimator.runs, 'earlier run')} "
+    return (f"estimates from {count(len(estimator.walls), 'trial')} measured in {count(estimator.runs, 'earlier run')} "
             f"on {estimator.hardware}{error}{gap}")
 
 
-def _count(n: int, thing: str) -> str:
-    return f"{n} {thing}{'' if n == 1 else 's'}"
-
-
-def last_run(results: Location, name: str) -> Comparison | None:
-    """How far off the latest estimated run of the sweep was (runs from before estimates were recorded are skipped)."""
+def last_run(results: Location, name: str, hardware: Hardware | None = None) -> Comparison | None:
+    """How far off the latest estimated run of the sweep on this hardware was (runs from before estimates
+    were recorded, and runs on other hardware, are skipped)."""
     for run_dir in reversed(store.run_dirs(results, name)):
         run = store.RunStore(run_dir)
         try:
             meta = run.meta
-            if not any(s.estimate for s in meta.sessions):
+            if not any(s.estimate and (hardware is None or _hardware_named(s.estimate.hardware).matches(hardware))
+                       for s in meta.sessions):
                 continue
             found = estimates.compare(meta, run.trial_rows())
         except store.StoreError:
@@ -330,6 +366,13 @@ def last_run(results: Location, name: str) -> Comparison | None:
         if found:
             return found
     return None
+
+
+def _hardware_named(text: str) -> Hardware:
+    """A Hardware back from its text, as run.json records it: "gpu (NVIDIA H100 80GB HBM3)"."""
+    kind, _, model = text.partition(" (")
+    model = model.removesuffix(")")
+    return Hardware(kind, None if model in ("", "any model") else model)
 
 
 # --- the command --------------------------------------------------------------------------------------
@@ -368,10 +411,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         emulated = bool(args.emulate_gpus) or environment.real_gpu_count() == 0
     scale = args.scale or ("smoke" if emulated else "full")  # as `run` chooses it
-    trials = sweep.trials(scale)
+    trials = overrides.trials(sweep, scale)
     target = target or embedded_target(trials, args.emulate_gpus, bool(emulated))
     trials = with_host_cpus(trials, target)
-    plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name),
+    plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name, target.hardware),
                     args.max_concurrent)
     print(plan.to_json() if args.json else "\n".join(plan.lines()))
     return 0

@@ -72,10 +72,10 @@ def trial_counts(state: RunState) -> dict[str, int]:
     return counts
 
 
-def sweep_name(text: str) -> str:
+def sweep_name(text: str, max_trials: int = limits.MAX_TRIALS) -> str:
     """The sweep a command names: a sweep file's name (by name or path), or a folder of runs whose file is gone."""
     if text.endswith((".yaml", ".yml")) or "/" in text or (spec.SPEC_DIR / f"{text}.yaml").exists():
-        return spec.load(text).name
+        return spec.load(text, max_trials).name
     if limits.name_problem(text):
         raise UsageError(f"{text!r}: not a sweep name or a path to a .yaml file")
     return text
@@ -129,7 +129,7 @@ def resume_command(sweep: str, run_id: str, set_values: dict, results: str) -> s
 def cmd_status(args: argparse.Namespace) -> int:
     """`python -m sweep status NAME [--run RUN_ID]`: a run's trials by state (the latest run's by default),
     its GPU-hours, and how to continue it."""
-    name = sweep_name(args.sweep)
+    name = sweep_name(args.sweep, args.max_trials)
     results = results_location(args.results)
     if args.run:
         run_dir = run_by_id(results, name, args.run)
@@ -140,7 +140,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     state = read_run(run_dir)
     counts = trial_counts(state)
     meta = state.meta
-    print(f"{name} run {meta.run_id} ({meta.scale} scale, {len(meta.trials)} trials): "
+    print(f"{name} run {meta.run_id} ({meta.scale} scale, {limits.count(len(meta.trials), 'trial')}): "
           + ", ".join(f"{n} {k}" for k, n in counts.items()))
     print(f"GPU-hours used: {RunStore(run_dir).gpu_hours():.4f}")
     if state.unfinished and (pid := state.driver):

@@ -326,18 +326,20 @@ def varying_axes(trials: list[TrialConfig]) -> tuple[str, ...]:
 
 
 LABELLED = ("framework", "model", "num_gpus", "batch_per_gpu", "lr")  # what every trial's label names (TrialConfig.label)
+ARITHMETIC = ("precision", "compile")  # named in every label where the sweep varies them
 
 
 def label_axes(trials: list[TrialConfig]) -> dict[str, tuple[str, ...]]:
     """Per trial, the settings its label adds to the usual ones so that no two trials of the sweep read
-    the same: those that vary among the trials sharing its framework, model, GPUs, batch and lr."""
+    the same: those that vary among the trials sharing its framework, model, GPUs, batch and lr, and the
+    arithmetic (precision, compile) wherever the sweep varies it, since it changes every figure of the trial."""
     axes = varying_axes(trials)
     groups: dict[tuple, list[TrialConfig]] = {}
     for t in trials:
         groups.setdefault(tuple(getattr(t, k) for k in LABELLED), []).append(t)
     out = {}
     for group in groups.values():
-        extra = tuple(a for a in axes if a not in LABELLED and len({repr(getattr(t, a)) for t in group}) > 1)
+        extra = tuple(a for a in axes if a not in LABELLED and (a in ARITHMETIC or len({repr(getattr(t, a)) for t in group}) > 1))
         out.update({t.trial_id: extra for t in group})
     return out
 

@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Any
 
 import ray
@@ -44,6 +45,8 @@ from trainables.config import TrialConfig
 from trainables.failure import plain_errors
 from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, end_epoch
 from trainables.measure import total_over_workers
+
+EXIT_GRACE_S = 2.0  # a worker's process ends this long after Ray's own exit, whatever threads it still runs
 
 
 class WorkerLost(RuntimeError):
@@ -121,10 +124,18 @@ class TrialWorker:
     def epoch(self, epoch: int) -> dict[str, Any]:
         return {**self.loop.run_epoch(epoch), "ray_node_id": self.node_id}
 
-    def exit(self) -> None:
+    def exit(self, graceful: bool) -> None:
         """End this process now. A worker blocked in a collective or a push whose peer died does not
-        always end on ray.kill (TensorFlow ignores SIGTERM; measured here, MXNet workers outlived it)."""
-        os._exit(0)
+        always end on ray.kill (TensorFlow ignores SIGTERM; measured here, MXNet workers outlived it): such
+        a worker (graceful False) ends at once. A trial's only worker, which took part in no framework
+        cluster (a framework in its own environment), ends through Ray's own exit, so that the raylet knows
+        the exit was meant: an os._exit made it print "A worker died or was killed ... the OOM killer"
+        after every such trial, though all ended well. (Ray's exit left the workers of two-node trials
+        running: those keep the hard exit.)"""
+        if not graceful:
+            os._exit(0)
+        threading.Timer(EXIT_GRACE_S, os._exit, args=(0,)).start()  # whatever threads outlive Ray's exit
+        ray.actor.exit_actor()
 
     @plain_errors
     def checkpoint(self) -> dict[str, bytes]:
@@ -244,7 +255,8 @@ class Group:
                 ray.get(actor.stop.remote(), timeout=30)
             except ray.exceptions.RayError:
                 pass  # already gone: its child went with it
-        exits = [actor.exit.remote() for actor in self.workers]
+        graceful = len(self.workers) == 1 and not self.roles  # no framework cluster it could be blocked in
+        exits = [actor.exit.remote(graceful) for actor in self.workers]
         ray.wait(exits, num_returns=len(exits), timeout=10)  # each ends with its process: an error, at once
         for actor in self.actors:
             ray.kill(actor, no_restart=True)

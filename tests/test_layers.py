@@ -85,7 +85,7 @@ def layer_of(module: str) -> int:
     for rank, (_, members) in enumerate(LAYERS):
         if any(module == m or module.startswith(m + ".") for m in members):
             return rank
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to the README's Layout)")
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to docs/layout.md)")
 
 
 def project(graph: dict[str, set[str]], module: str) -> set[str]:

@@ -173,7 +173,7 @@ def test_plan_for_a_described_cluster_needs_no_ray(runs: EngineRuns, capsys: pyt
     two = _trials()[1].trial_id
     small = cli(capsys, *base, "--nodes", "2", "--gpus-per-node", "1", "--cpus-per-node", "4")
     assert small.returncode == 0, small.stderr
-    assert "2 nodes of 1 GPUs like this machine's" in small.stdout and f"fits no node: {two}" in small.stdout
+    assert "2 nodes of 1 GPU like this machine's" in small.stdout and f"fits no node: {two}" in small.stdout
     other = cli(capsys, *base, "--nodes", "4", "--gpus-per-node", "8", "--gpu-model", "H100")
     assert other.returncode == 0 and "estimates for gpu (H100)" in other.stdout
     assert "estimated makespan and GPU-hours: unknown" in other.stdout  # nothing measured on an H100 here

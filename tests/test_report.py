@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -352,30 +351,4 @@ def test_report_imports_no_framework(runs, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
 
 
-# --- the notebook ----------------------------------------------------------------------------------------
-
-def test_notebook_runs_top_to_bottom(runs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import nbformat
-    from nbclient import NotebookClient
-
-    # A kernel spec of this very interpreter, so the notebook runs in the environment under test.
-    spec_dir = tmp_path / "jupyter" / "kernels" / "sweep-test"
-    spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "sweep test", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-
-    notebook = nbformat.read(ROOT / "notebooks" / "analysis.ipynb", as_version=4)
-    parameters = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
-    assert len(parameters) == 1
-    parameters[0].source = f"RUN_DIR = {str(runs['a'])!r}\nAGAINST = {str(runs['b'])!r}\nTARGET_ACC = 0.7\n"
-    NotebookClient(notebook, kernel_name="sweep-test", timeout=120,
-                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
-    outputs = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", ""))
-                      for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "Throughput, speedup and efficiency" in outputs
-    assert "speedup(n) = images/s(n) / images/s(1)" in outputs
-    assert any("image/png" in o.get("data", {}) for c in notebook.cells if c.cell_type == "code"
-               for o in c.get("outputs", []))
+# The notebook is run as shipped, on an engine-made run, by tests/test_docs.py.

@@ -31,8 +31,8 @@ def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
 
 
 def test_the_documented_example_sweep_loads_at_both_scales(tmp_path: Path) -> None:
-    """search_spaces/README.md's annotated example is what users copy: it must load as printed."""
-    readme = (spec.SPEC_DIR / "README.md").read_text()
+    """docs/sweep-files.md's annotated example is what users copy: it must load as printed."""
+    readme = (spec.SPEC_DIR.parent / "docs" / "sweep-files.md").read_text()
     example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "my_lr_study.yaml").write_text(example)
     sweep = spec.load(str(tmp_path / "my_lr_study.yaml"))

@@ -30,6 +30,20 @@ ADDED_LATER = {"precision": "tf32", "xla": False}
 RENAMED = {"xla": "compile"}
 # The compiler `compile` turns on, by framework (MXNet has none: hybridize fuses every MXNet graph).
 COMPILERS = {"tensorflow": "xla", "pytorch": "inductor"}
+# Settings of one framework only, by framework: a trial of another framework neither uses nor shows them
+# (tables print "-", labels leave them out). Every other setting is every framework's. A framework
+# added later names its own settings here, in one entry.
+FRAMEWORK_SETTINGS: dict[str, tuple[str, ...]] = {
+    "mxnet": ("kvstore",),
+    "tensorflow": ("variable_update", "compile"),
+    "pytorch": ("compile",),
+}
+
+
+def uses(framework: str, setting: str) -> bool:
+    """Whether a trial of `framework` has this setting (FRAMEWORK_SETTINGS)."""
+    owners = [fw for fw, own in FRAMEWORK_SETTINGS.items() if setting in own]
+    return not owners or framework in owners
 
 
 @dataclass(frozen=True)
@@ -132,11 +146,13 @@ class TrialConfig:
 
     def label(self, axes: tuple[str, ...] = ()) -> str:
         """The trial in one short phrase: framework, model, GPUs, batch and lr, then the other `axes`
-        (the settings its sweep varies), so that no two trials of a sweep read the same."""
+        (the settings its sweep varies), so that no two trials of a sweep read the same, and its arithmetic
+        (precision, xla) wherever it is not the frameworks' default. Settings of another framework never show."""
         parts = [self.framework, self.model, f"gpus={self.num_gpus}", f"batch={self.batch_per_gpu}", f"lr={self.lr:g}"]
         shown = {"framework", "model", "num_gpus", "batch_per_gpu", "lr"}
-        for axis in axes:
-            if axis not in shown:
+        unusual = tuple(k for k, default in ADDED_LATER.items() if getattr(self, k) != default and k not in axes)
+        for axis in (*axes, *unusual):
+            if axis not in shown and uses(self.framework, axis):
                 value = getattr(self, axis)
                 parts.append(f"{axis}={value:g}" if isinstance(value, float) else
                              f"{axis}={','.join(map(str, value)) or '-'}" if isinstance(value, tuple) else f"{axis}={value}")

@@ -145,6 +145,8 @@ class TrialLoop:
             "framework_cuda_version": self.backend.framework_cuda_version,
             "framework_cudnn_version": self.backend.framework_cudnn_version,
         }
+        if not self.synthetic:  # the images each validation scores: val_examples, or fewer where the split is smaller
+            self.fixed["val_examples"] = min(len(self.cifar.test_x), cfg.val_examples or len(self.cifar.test_x))
         self.on_gpu = devices.kind == "gpu"
 
     def _real_batches(self, epoch: int) -> Any:

@@ -14,30 +14,32 @@ from sweep.report.plots import EMULATED_NOTE
 from sweep.report.render import format_cell, render_markdown
 from sweep.report.tables import Table
 
+
 def ratio_of_tables(a: Table, b: Table, label_a: str = "A", label_b: str = "B") -> Table:
     """The same table with each number replaced by B/A; where either side has no number, both are named."""
     rows = list(dict.fromkeys([*a.frame.index, *b.frame.index]))
     columns = list(dict.fromkeys([*a.frame.columns, *b.frame.columns]))
     index = pd.MultiIndex.from_tuples(rows, names=a.frame.index.names) if isinstance(a.frame.index, pd.MultiIndex) \
         else pd.Index(rows, name=a.frame.index.name)
-    frame = pd.DataFrame(index=index, columns=columns, dtype=object)
-    for row in rows:
-        for column in columns:
-            in_a = row in a.frame.index and column in a.frame.columns
-            in_b = row in b.frame.index and column in b.frame.columns
-            va = a.frame.loc[row, column] if in_a else None
-            vb = b.frame.loc[row, column] if in_b else None
-            if not in_a or not in_b:
-                frame.loc[row, column] = f"only in {label_a if in_a else label_b}"
-            elif _is_number(va) and _is_number(vb) and va != 0:
-                frame.loc[row, column] = vb / va
-            elif _is_missing(va) and _is_missing(vb):
-                frame.loc[row, column] = math.nan
-            elif _is_number(va) or _is_number(vb) or va != vb:
-                unit = a.unit(row, column)
-                frame.loc[row, column] = f"{label_a}: {format_cell(va, unit)} / {label_b}: {format_cell(vb, unit)}"
-            else:
-                frame.loc[row, column] = va
+    def cell(row: Any, column: Any) -> Any:
+        in_a = row in a.frame.index and column in a.frame.columns
+        in_b = row in b.frame.index and column in b.frame.columns
+        va = a.frame.loc[row, column] if in_a else None
+        vb = b.frame.loc[row, column] if in_b else None
+        if not in_a or not in_b:
+            return f"only in {label_a if in_a else label_b}"
+        if _is_number(va) and _is_number(vb) and va != 0:
+            return vb / va
+        if _is_missing(va) and _is_missing(vb):
+            return math.nan
+        if _is_number(va) or _is_number(vb) or va != vb:
+            unit = a.unit(row, column)
+            return f"{label_a}: {format_cell(va, unit)} / {label_b}: {format_cell(vb, unit)}"
+        return va
+
+    # Built whole: cell by cell assignment into an unsorted MultiIndex makes pandas warn of its speed.
+    frame = pd.DataFrame([[cell(row, column) for column in columns] for row in rows], index=index,
+                         columns=columns, dtype=object)
     notes = [f"Each number is {label_b} / {label_a}."]
     return Table(f"compare_{a.name}", f"{a.title}: {label_b} / {label_a}", frame, default_unit="x",
                  notes=notes, source=f"{label_a}: {a.source}\n{label_b}: {b.source}")
@@ -51,10 +53,15 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# Where a framework's trials ran (--env, a sweep file's environments:): not in every table's source line,
+# but a difference between two runs all the same.
+WHERE_IT_RAN = (("interpreter", "python_executable"), ("framework environment", "environment"))
+
+
 def environment_differences(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     """The hardware and software columns whose values differ between two runs' rows."""
     lines = []
-    for name, column in (*HARDWARE, *SOFTWARE):
+    for name, column in (*HARDWARE, *SOFTWARE, *WHERE_IT_RAN):
         if column not in a or column not in b:
             continue
         va, vb = sorted(map(str, a[column].dropna().unique())), sorted(map(str, b[column].dropna().unique()))

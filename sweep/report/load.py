@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sweep import location, spec
+from sweep import limits, location, spec
 from sweep.errors import SpecError, StoreError
 from sweep.location import Location
 from sweep.store import RunMeta, RunStore, run_dirs
@@ -64,6 +64,8 @@ def find_run(target: str, results: Location, sweep: str | None = None) -> Locati
         raise StoreError(f"{path}: not a run folder (no run.json) and no runs under it")
     if "/" in target:
         raise StoreError(f"{path}: no such run folder")
+    if not limits.name_problem(target) and (spec.SPEC_DIR / f"{target}.yaml").is_file():  # a known sweep, never run here
+        raise StoreError(f"no run of {target} under {results} (python -m sweep {target} makes one; or --results DIR)")
     raise StoreError(f"no sweep or run id '{target}' under {results} (give a run folder, or --results DIR)")
 
 

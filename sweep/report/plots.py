@@ -6,11 +6,12 @@ from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator
 
 from sweep.report.figures import USABLE, batch_label, status_label
 
 EMULATED_NOTE = "CPU-emulated devices: not a speed result"
+MAX_LR_TICKS = 12  # up to this many lrs each get a tick of their own on the accuracy-vs-lr plot
 
 def _title(text: str, emulated: bool) -> str:
     return f"{text}\n{EMULATED_NOTE}" if emulated else text
@@ -54,7 +55,7 @@ def plot_efficiency(long: pd.DataFrame, emulated: bool) -> Figure:
     ax = fig.add_subplot()
     for group, cells in long.groupby("speed_group", sort=False):
         cells = cells[cells["efficiency"].notna()].sort_values("num_gpus")
-        if not cells.empty:
+        if cells["num_gpus"].nunique() > 1:  # a group with its 1-GPU point alone is 100% by definition: no line
             ax.plot(cells["num_gpus"], 100 * cells["efficiency"], marker="o", label=group)
     ax.axhline(100, linestyle=":", color="gray", label="ideal (100%)")
     ax.set_xticks(sorted(long["num_gpus"].unique()))
@@ -76,6 +77,11 @@ def plot_val_acc_vs_lr(figures: pd.DataFrame, emulated: bool) -> Figure | None:
         ax.plot(trials["lr"], trials["val_acc"], marker="o",
                 label=f"{framework} {model} batch {batch_label(int(batch), int(gpus))}{warm}")
     ax.set_xscale("log")
+    lrs = sorted(scored["lr"].unique())
+    if len(lrs) <= MAX_LR_TICKS:  # every lr of the sweep named, rather than the decades that log axes mark
+        ax.xaxis.set_major_locator(FixedLocator(lrs))
+        ax.xaxis.set_major_formatter(FixedFormatter([f"{lr:g}" for lr in lrs]))
+        ax.xaxis.set_minor_locator(NullLocator())
     return _finish(fig, ax, "learning rate (peak, log scale)", "validation accuracy (final epoch, fraction)",
                    "Validation accuracy vs learning rate", emulated)
 
