@@ -178,7 +178,7 @@ def test_labels_name_the_arithmetic(capsys: pytest.CaptureFixture, tmp_path: Pat
     for t in trials:
         label = t.label(axes[t.trial_id])
         assert f"precision={t.precision}" in label, label
-        assert ("xla=" in label) == (t.framework == "tensorflow"), label
+        assert ("compile=" in label) == (t.framework == "tensorflow"), label
         assert "kvstore" not in label and "variable_update" not in label
 
 

@@ -147,10 +147,11 @@ class TrialConfig:
     def label(self, axes: tuple[str, ...] = ()) -> str:
         """The trial in one short phrase: framework, model, GPUs, batch and lr, then the other `axes`
         (the settings its sweep varies), so that no two trials of a sweep read the same, and its arithmetic
-        (precision, xla) wherever it is not the frameworks' default. Settings of another framework never show."""
+        (precision, compile) wherever it is not the frameworks' default. Settings of another framework never show."""
         parts = [self.framework, self.model, f"gpus={self.num_gpus}", f"batch={self.batch_per_gpu}", f"lr={self.lr:g}"]
         shown = {"framework", "model", "num_gpus", "batch_per_gpu", "lr"}
-        unusual = tuple(k for k, default in ADDED_LATER.items() if getattr(self, k) != default and k not in axes)
+        current = {RENAMED.get(k, k): default for k, default in ADDED_LATER.items()}  # xla is compile today
+        unusual = tuple(k for k, default in current.items() if getattr(self, k) != default and k not in axes)
         for axis in (*axes, *unusual):
             if axis not in shown and uses(self.framework, axis):
                 value = getattr(self, axis)
