@@ -3,9 +3,10 @@
 A framework whose packages cannot share the driver's (MXNet 1.9.1 needs numpy < 2; the driver may hold
 numpy 2 and pandas 3) gets a venv of the driver's very interpreter, as Ray's workers need the driver's
 Python (DESIGN.md, "Ray's Python rule"). Into it go the framework's extra and the engine's own
-dependencies from pyproject.toml, Ray pinned to the driver's version; the engine's code reaches it
-through PYTHONPATH (sweep/environments.py, Environment.runtime_env). Where it lives and how the driver
-finds it: sweep/environments.py (env_dir, made_environment).
+dependencies from pyproject.toml that a trial's workers import, with Ray's core pinned to the
+driver's version; the engine's code reaches it through PYTHONPATH (sweep/environments.py,
+Environment.runtime_env). Where it lives and how the driver finds it: sweep/environments.py
+(env_dir, made_environment).
 
 `create` is resumable and idempotent: the marker file is written last, so an interrupted create
 continues where it stopped (venv and pip both skip what is there), and a complete environment that
@@ -66,8 +67,10 @@ def requirements(framework: str, gpu: bool) -> list[str]:
     """What the environment holds: the framework's extra (its build, numpy < 2 and the rest of its
     stack), the engine's own dependencies that a trial imports, and the driver's very Ray."""
     base, extras = project_requirements()
-    ray_version = metadata.version("ray")
-    out = [f"ray[tune,default]=={ray_version}" if _name(r) == "ray" else r for r in base if _name(r) not in DRIVER_ONLY]
+    # Ray's core only: the Tune trainable, the dashboard and the metrics agent run in the driver's Python;
+    # the environment's processes are Ray workers and the framework servers they start.
+    ray = f"ray=={metadata.version('ray')}"
+    out = [ray if _name(r) == "ray" else r for r in base if _name(r) not in DRIVER_ONLY]
     for r in extras[framework]:
         cpu_name, gpu_name = GPU_BUILDS[framework]
         out.append(r.replace(cpu_name, gpu_name, 1) if gpu and _name(r) == cpu_name else r)
