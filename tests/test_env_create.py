@@ -2,8 +2,8 @@
 
 Each test gets its own $SWEEP_ENVS. The environment is a real venv of this interpreter, made before
 `env create` runs, as if an earlier create had been interrupted after its venv: create then finishes it.
-To keep the test quick the venv also sees this interpreter's packages (a .pth file naming its
-site-packages, after the venv's own), so pip installs only what they lack: nothing on the 3.11 stack,
+To keep the test quick the venv also sees this interpreter's packages (a .pth file adding its
+site-packages as a site folder, after the venv's own), so pip installs only what they lack: nothing on the 3.11 stack,
 MXNet's numpy-1 stack on a numpy-2 one (into the venv; pip leaves packages outside it alone). A second
 create changes nothing. The run at the end uses the environment a real `env create mxnet` made (CI's second lane makes
 it), with MXNet and TensorFlow trials side by side.
@@ -97,7 +97,9 @@ def test_create_finishes_a_started_environment_then_changes_nothing(tmp_path: Pa
     folder = _folder(tmp_path, monkeypatch)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    (folder / "lib" / version / "site-packages" / "drivers.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # As a site folder (its own .pth files too: setuptools' distutils shim, which MXNet's import needs).
+    (folder / "lib" / version / "site-packages" / "drivers.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     first = sweep_cli("env", "create", "mxnet", envs=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr[-3000:]
     assert "making a venv" not in first.stdout and "installing into it" in first.stdout  # resumed, not remade
