@@ -36,6 +36,9 @@ from trainables.probe import FrameworkCheck, interpreter_problem
 
 # The CUDA build of a framework, for --gpu: the same version, the GPU distribution's name.
 GPU_BUILDS = {"mxnet": ("mxnet", "mxnet-cu117")}
+# The newest Python each framework's environment can have: numpy 1.26, which MXNet needs, has no wheel
+# for 3.13 (pip builds it from source, about 10 minutes, and MXNet is untested there).
+NEWEST_PYTHON = {"mxnet": (3, 12)}
 DRIVER_ONLY = ("matplotlib",)  # engine dependencies a trial never imports (the report draws in the driver)
 PIP_TIMEOUT_S = 1800
 CHECK_TIMEOUT_S = 600
@@ -82,6 +85,10 @@ def create(framework: str, gpu: bool) -> int:
     if framework not in environments.CREATABLE:
         raise UsageError(f"env create: no environment recipe for {framework} (only {', '.join(environments.CREATABLE)}); "
                          f"{framework} runs in the driver's Python: pip install -e '.[{framework}]'")
+    if sys.version_info[:2] > NEWEST_PYTHON[framework]:
+        newest = ".".join(map(str, NEWEST_PYTHON[framework]))
+        raise UsageError(f"env create: {framework} runs on Python {newest} at the newest (numpy 1.26 has no wheel for "
+                         f"{platform.python_version()}): run the driver on Python {newest} or older")
     folder = env_dir(framework)
     wanted = {"framework": framework, "gpu": gpu, "requirements": requirements(framework, gpu),
               "python": platform.python_version(), "interpreter": environments.interpreter()}
