@@ -13,10 +13,10 @@ An environment is one of Ray's own runtime_env fields, named per framework in a 
   --env mxnet=/opt/mxnet/bin/python      the interpreter (py_executable)
   --env 'mxnet={image_uri: nvcr.io/nvidia/mxnet:24.06-py3}'   any of the forms above, as YAML
 
-A framework without one runs in an environment made for it by `python -m sweep env create FRAMEWORK`
-(sweep/venvs.py) where one exists for the driver's interpreter (made_environment below), else where the
-driver's Python is; a sweep file's `environments:` and `--env` override the made one. Both the trial's workers and their
-framework servers (sweep/workers.py) start in the environment; its rows name it (`environment`) and
+A framework without one runs in the environment `python -m sweep env create FRAMEWORK` made for it
+(sweep/venvs.py) where one exists for the driver's interpreter (made_environment below), else where
+the driver's Python is; a sweep file's `environments:` and `--env` override the made one. Both the
+trial's workers and their framework servers (sweep/workers.py) start in the environment; its rows name it (`environment`) and
 the interpreter that ran (`python_executable`). This module is plain data: it runs in the driver and
 in each trial's coordinator.
 """
