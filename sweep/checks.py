@@ -16,7 +16,7 @@ import platform
 from typing import Any
 
 from sweep.cluster import Node, infeasible
-from sweep.environments import Environment
+from sweep.environments import Environment, made_environment, with_hint
 from trainables.config import TrialConfig
 from trainables.failure import first_line
 from trainables.probe import FrameworkCheck, check, interpreter_problem
@@ -60,7 +60,7 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
     for (node, fw), result in _gather(refs, timeout).items():
         found[(node.node_id, fw)] = result if isinstance(result, FrameworkCheck) else FrameworkCheck(
             node.node_id, fw, ok=False, reason=result, hostname=node.address)
-    return [found[(node.node_id, fw)] for node, fw in targets]
+    return [with_hint(found[(node.node_id, fw)], envs) for node, fw in targets]
 
 
 def _on(node: Node) -> dict[str, Any]:
@@ -94,13 +94,20 @@ def table(checks: list[FrameworkCheck], envs: dict[str, Environment], seconds: f
     """The checks as the console shows them: one line per node and framework."""
     head = ["node", "framework", "environment", "version", "CUDA", "GPU", "python", "check"]
     rows = [[f"{c.hostname or '?'} {c.node_id[:8]}", c.framework,
-             envs[c.framework].describe() if c.framework in envs else "default", c.version or "-",
+             _env_cell(c.framework, envs), c.version or "-",
              c.cuda or "-", f"{c.gpu} {c.arch}" if c.gpu else (c.device or "-"), c.python or "-",
              "OK" if c.ok else f"FAILED: {c.reason}"] for c in checks]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head[:-1])] if rows else []
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths + [0])).rstrip()  # noqa: E731
     return "\n".join([f"framework checks ({seconds:.0f} s; each framework on each node, in its environment):",
                       *("  " + line(r) for r in [head] + rows)])
+
+
+def _env_cell(framework: str, envs: dict[str, Environment]) -> str:
+    env = envs.get(framework)
+    if env is None:
+        return "default"
+    return env.describe() + (" (env create)" if env == made_environment(framework) else "")
 
 
 def placement(checks: list[FrameworkCheck]) -> dict[str, tuple[str, ...]]:

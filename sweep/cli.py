@@ -1,5 +1,5 @@
 """python -m sweep: list | show NAME | plan NAME | [run] NAME|PATH.yaml [options] | status NAME | runs [NAME] |
-rm NAME RUN_ID | report NAME|RUN_DIR | data fetch cifar10.
+rm NAME RUN_ID | report NAME|RUN_DIR | data fetch cifar10 | env create FRAMEWORK | env list.
 
 Exit codes: EXIT_CODES below (`--help` lists them). The driver never imports MXNet or TensorFlow.
 """
@@ -13,9 +13,9 @@ from typing import Any
 from sweep import limits, spec
 from sweep.errors import UsageError, UserError
 from sweep.gcs import LOST_EXIT
-from trainables.config import TrialConfig, uses
+from trainables.config import FRAMEWORKS, TrialConfig, uses
 
-COMMANDS = ("list", "show", "plan", "run", "report", "status", "runs", "rm", "data")
+COMMANDS = ("list", "show", "plan", "run", "report", "status", "runs", "rm", "data", "env")
 RESULTS_HELP = "results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)"
 SET_HELP = ("override a trial setting for every trial, written as in a sweep file (--set lr=0.1 --set epochs=2); "
             "repeatable; checked like the file, recorded in run.json")
@@ -122,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--checksum", metavar="ALGO:HEX",
                        help="md5:HEX or sha256:HEX of another archive (default: $SWEEP_CIFAR10_CHECKSUM, "
                             "else the official archive's MD5 and SHA-256)")
+    env = sub.add_parser("env", help="environments of their own for frameworks: env create mxnet [--gpu], env list")
+    env_sub = env.add_subparsers(dest="env_command", required=True, parser_class=_Parser)
+    create = env_sub.add_parser("create", help="a venv of this Python for the framework (MXNet with numpy < 2), "
+                                               "used by its trials from then on; again: changes nothing")
+    create.add_argument("framework", choices=list(FRAMEWORKS))
+    create.add_argument("--gpu", action="store_true", help="the framework's CUDA build (mxnet-cu117)")
+    env_sub.add_parser("list", help="each framework's environment and its check (version, CUDA, OK or the reason)")
     return parser
 
 
@@ -208,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("runs", "rm"):
             from sweep import manage
             return manage.cmd_runs(args) if args.command == "runs" else manage.cmd_rm(args)
+        if args.command == "env":
+            from sweep.venvs import cmd_env
+            return cmd_env(args)
         if args.command == "report":
             from sweep.report import cmd_report  # pandas and matplotlib load only for a report
             return cmd_report(args)

@@ -13,25 +13,39 @@ An environment is one of Ray's own runtime_env fields, named per framework in a 
   --env mxnet=/opt/mxnet/bin/python      the interpreter (py_executable)
   --env 'mxnet={image_uri: nvcr.io/nvidia/mxnet:24.06-py3}'   any of the forms above, as YAML
 
-A framework without one runs where the driver's Python is. Both the trial's workers and their
-framework servers (sweep/workers.py) start in the environment; its rows name it (`environment`) and
+A framework without one runs in the environment `python -m sweep env create FRAMEWORK` made for it
+(sweep/venvs.py) where one exists for the driver's interpreter (made_environment below), else where
+the driver's Python is; a sweep file's `environments:` and `--env` override the made one. Both the
+trial's workers and their framework servers (sweep/workers.py) start in the environment; its rows name it (`environment`) and
 the interpreter that ran (`python_executable`). This module is plain data: it runs in the driver and
 in each trial's coordinator.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
+import platform
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from sweep.errors import UsageError
 from trainables.config import FRAMEWORKS
 
+if TYPE_CHECKING:
+    from trainables.probe import FrameworkCheck
+
 KINDS = ("py_executable", "pip", "uv", "image_uri")
+# Where `env create` puts its environments: $SWEEP_ENVS, else the user's data folder.
+ROOT_VAR = "SWEEP_ENVS"
+MARKER = "sweep-env.json"  # written last by `env create`: the environment is complete
+CREATABLE = ("mxnet",)  # frameworks `env create` makes an environment for
 EXPECTED = ("a mapping with one of py_executable (an interpreter), pip or uv (a list of requirements), "
             "image_uri (a container image), and optionally env_vars")
 
@@ -143,9 +157,73 @@ def parse_option(text: str) -> tuple[str, Environment]:
     return framework, parse({"py_executable": shlex.join(words)})
 
 
+def envs_root() -> Path:
+    """The folder holding the environments `env create` makes ($SWEEP_ENVS, else $XDG_DATA_HOME/sweep/envs)."""
+    if os.environ.get(ROOT_VAR):
+        return Path(os.environ[ROOT_VAR]).expanduser().absolute()
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "sweep" / "envs"
+
+
+def interpreter() -> str:
+    """The driver's very interpreter (a venv's base Python): every environment made for it is a venv of it."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def env_dir(framework: str) -> Path:
+    """Where `env create FRAMEWORK` puts the environment for this interpreter: one per framework and
+    interpreter (its path and version), as Ray's workers need the driver's Python."""
+    key = hashlib.sha256(interpreter().encode()).hexdigest()[:8]
+    return envs_root() / f"{framework}-py{platform.python_version()}-{key}"
+
+
+def env_python(folder: Path) -> Path:
+    return folder / "bin" / "python"
+
+
+def made_marker(folder: Path) -> dict[str, Any] | None:
+    """What `env create` recorded of a complete environment; None where it is not (yet) complete or unreadable."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def made_environment(framework: str) -> Environment | None:
+    """The environment `env create` made for this framework and this interpreter, if it is complete."""
+    folder = env_dir(framework)
+    if framework not in CREATABLE or made_marker(folder) is None:
+        return None
+    return Environment("py_executable", str(env_python(folder)))
+
+
+def made_environments() -> dict[str, Environment]:
+    return {fw: env for fw in FRAMEWORKS if (env := made_environment(fw))}
+
+
+def origin(framework: str, env: Environment | None) -> str:
+    """Where a framework's trials run, in words: its environment and where that came from."""
+    if env is None:
+        return "the driver's Python"
+    made = made_environment(framework)
+    return env.describe() + (f" (made by `python -m sweep env create {framework}`)" if env == made else "")
+
+
+def with_hint(check: FrameworkCheck, envs: dict[str, Environment]) -> FrameworkCheck:
+    """A framework missing from the driver's Python, with no environment of its own: its check names the
+    command that makes one (or the install)."""
+    if check.ok or check.framework in envs or not (check.reason or "").startswith(f"{check.framework} is not installed"):
+        return check
+    hint = (f"; make it an environment of its own: python -m sweep env create {check.framework}"
+            if check.framework in CREATABLE else f"; install it: pip install -e '.[{check.framework}]'")
+    return dataclasses.replace(check, reason=check.reason + hint)
+
+
 def chosen(from_file: dict[str, Environment], options: list[str]) -> dict[str, Environment]:
-    """The sweep file's environments, each --env replacing its framework's; a bad --env is one line."""
-    out = dict(from_file)
+    """The environments made by `env create`, each replaced by the sweep file's, then by --env; a bad
+    --env is one line."""
+    out = {**made_environments(), **from_file}
     for text in options:
         try:
             framework, env = parse_option(text)

@@ -321,7 +321,7 @@ def _plan(launch: Launch, trials: list[TrialConfig], target: Target,
     """The plan of this session's trials on the cluster Ray reports, printed: it heads the run's output."""
     results = launch.results
     plan, ordered = build(launch.sweep, launch.scale, trials, target, estimates.history(results),
-                          last_run(results, launch.sweep.name, target.hardware), max_concurrent)
+                          last_run(results, launch.sweep.name, target.hardware), max_concurrent, launch.environments)
     for line in plan.lines():
         print(line)
     return plan, ordered

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sweep import cluster as ray_cluster
-from sweep import estimates, limits, overrides, packing, spec, store
+from sweep import environments, estimates, limits, overrides, packing, spec, store
 from sweep.cluster import Node
 from sweep.errors import UsageError
 from sweep.estimates import Comparison, Estimator, Hardware, History
@@ -88,6 +88,7 @@ class Plan:
     model_error: float | None  # the model-cost estimate's median error on the measured trials (leave one out)
     last_run: Comparison | None  # the latest run's estimates against what its trials took
     notes: list[str] = dataclasses.field(default_factory=list)  # what the plan cannot show in its table
+    environments: dict[str, str] = dataclasses.field(default_factory=dict)  # framework -> where its trials run
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -120,6 +121,7 @@ class Plan:
             out.append(f"fits no node: {who} {reason}")
         out += self.notes
         out.append(self._totals())
+        out += [f"{fw} trials run in {where}" for fw, where in self.environments.items()]
         out.append(self.history)
         if self.last_run:
             out.append("last " + self.last_run.line())
@@ -271,8 +273,10 @@ def with_host_cpus(trials: Sequence[TrialConfig], target: Target) -> list[TrialC
 
 
 def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, history: History,
-          last_run: Comparison | None = None, max_concurrent: int | None = None) -> tuple[Plan, list[TrialConfig]]:
-    """The plan of these trials on the target, and the trials that fit in the order to hand them to Tune."""
+          last_run: Comparison | None = None, max_concurrent: int | None = None,
+          envs: dict[str, environments.Environment] | None = None) -> tuple[Plan, list[TrialConfig]]:
+    """The plan of these trials on the target, and the trials that fit in the order to hand them to Tune
+    (envs: each framework's environment, to say where its trials run)."""
     estimator = Estimator(history, target.hardware)
     guesses = {t.trial_id: estimator.guess(t) for t in trials}
     bad = ray_cluster.infeasible({t.trial_id: (t.cpus, t.gpus_per_node, t.nodes) for t in trials}, target.nodes)
@@ -295,6 +299,8 @@ def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, h
                 hardware=str(target.hardware), nodes=nodes, order=how, trials=trial_plans, max_concurrent=max_concurrent,
                 history=_history_line(estimator), model_error=estimator.model_error, last_run=last_run,
                 notes=_notes(trials, target),
+                environments={fw: environments.origin(fw, (envs or {}).get(fw))
+                              for fw in dict.fromkeys(t.framework for t in trials)},
                 **_totals(ordered, guesses, estimator.gap, gpus, cpus, max_concurrent, timed and bool(ordered), makespan))
     return plan, ordered
 
@@ -415,6 +421,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     target = target or embedded_target(trials, args.emulate_gpus, bool(emulated))
     trials = with_host_cpus(trials, target)
     plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name, target.hardware),
-                    args.max_concurrent)
+                    args.max_concurrent, environments.chosen(sweep.environments, []))
     print(plan.to_json() if args.json else "\n".join(plan.lines()))
     return 0

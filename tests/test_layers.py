@@ -5,7 +5,8 @@ breaks the picture fails here, whichever path it takes. The layers, top to botto
 from its own layer or those below it, never above:
 
   entry          sweep.__main__, sweep.cli
-  commands       sweep.launch (run), sweep.runs (status), sweep.plan (plan), sweep.manage (runs, rm), sweep.report.* (report)
+  commands       sweep.launch (run), sweep.runs (status), sweep.plan (plan), sweep.manage (runs, rm), sweep.report.* (report),
+                 sweep.venvs (env)
   driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.estimates,
                  sweep.spec, sweep.settings, sweep.overrides, sweep.datasets, sweep.download, sweep.checks, sweep.gcs
   trial process  sweep.trial, sweep.workers
@@ -29,7 +30,7 @@ from conftest import ROOT
 
 LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
-    ("commands", {"sweep.launch", "sweep.runs", "sweep.plan", "sweep.manage", "sweep.report"}),
+    ("commands", {"sweep.launch", "sweep.runs", "sweep.plan", "sweep.manage", "sweep.report", "sweep.venvs"}),
     ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.estimates",
                 "sweep.spec", "sweep.settings", "sweep.overrides", "sweep.datasets", "sweep.download", "sweep.checks", "sweep.gcs"}),
     ("trial process", {"sweep.trial", "sweep.workers"}),

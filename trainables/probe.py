@@ -213,10 +213,17 @@ def _say(**what: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The child: import the framework, say its build, train one step (`python -m trainables.probe FRAMEWORK GPU EMULATED`)."""
+    """The child: import the framework, say its build, train one step (`python -m trainables.probe FRAMEWORK GPU EMULATED`).
+    `python -m trainables.probe --check FRAMEWORK`: the whole check on this machine, in this interpreter,
+    as one JSON line (`python -m sweep env list`, without Ray)."""
     from trainables.config import TrialConfig
     from trainables.loop import Devices, TrialLoop
 
+    if argv[0] == "--check":
+        if environment.real_gpu_count() and not os.environ.get("CUDA_VISIBLE_DEVICES"):
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"  # the check's step runs on one GPU, as in a Ray task
+        print(json.dumps(asdict(check(argv[1], "local", None))), flush=True)
+        return 0
     framework, gpu_id, emulated = argv[0], argv[1], argv[2] == "1"
     devices = Devices.of([gpu_id], emulated)  # before the framework loads: it reads CUDA_VISIBLE_DEVICES once
     try:
