@@ -177,6 +177,26 @@ def test_per_run_table_matches_parquet_rows(mix) -> None:
     assert "Device memory n/a: no device counter" in (out / "report.md").read_text()
 
 
+def test_frameworks_side_by_side_match_parquet_rows(mix) -> None:
+    """MXNet and TensorFlow trials that differ in nothing else sit in one table, a column per GPU count and
+    framework, with each framework's images/s over the first framework's (MXNet's) at the same GPU count."""
+    _, out = mix
+    table = pd.read_csv(out / "frameworks.csv", index_col=[0, 1])
+    groups = set(table.index.get_level_values(0))
+    group = next(g for g in groups if "b8/GPU real lr 0.05" in g and "resnet8_cifar" in g)
+    mx = trial_row(out.parent, framework="mxnet", model="resnet8_cifar", batch_per_gpu=8, num_gpus=1,
+                   data_kind="real", lr=0.05)
+    tf = trial_row(out.parent, framework="tensorflow", model="resnet8_cifar", batch_per_gpu=8, num_gpus=1,
+                   data_kind="real")
+    for trial, column in ((mx, "GPU (1) mxnet"), (tf, "GPU (1) tensorflow")):
+        assert float(table.loc[(group, "Images processed per sec"), column]) == pytest.approx(trial.steady_images_per_sec)
+        assert float(table.loc[(group, "Test accuracy"), column]) == pytest.approx(trial.final_val_acc)
+    ratio = table.loc[(group, "Images/s over the first framework")]
+    assert float(ratio["GPU (1) mxnet"]) == pytest.approx(1.0)
+    assert float(ratio["GPU (1) tensorflow"]) == pytest.approx(tf.steady_images_per_sec / mx.steady_images_per_sec)
+    assert "## Frameworks side by side" in (out / "report.md").read_text()
+
+
 def test_lr_table_names_each_failure(mix) -> None:
     _, out = mix
     table = pd.read_csv(out / "lr_scaling.csv", index_col=list(range(8)))

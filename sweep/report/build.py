@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from sweep.report import plots
 from sweep.report.figures import provenance, scaling, status_label, trial_figures
 from sweep.report.load import Run
-from sweep.report.tables import (Table, lr_scaling_table, per_run_tables, precision_tables, ratio_tables, throughput_table,
+from sweep.report.tables import (Table, framework_tables, lr_scaling_table, per_run_tables, precision_tables, ratio_tables, throughput_table,
                                  time_to_accuracy, time_to_accuracy_table)
 
 
@@ -21,13 +21,14 @@ class Report:
     throughput: Table
     ratios: list[Table]
     per_run: list[Table]
+    frameworks: list[Table]  # study 000's measures with the frameworks side by side, where a run has several
     lr_scaling: Table
     time_to_accuracy: Table | None
     target_acc: float | None
     plots: dict[str, Figure | None]  # file stem -> figure, None where there was nothing to draw
 
     def tables(self) -> list[Table]:
-        return [self.throughput, *self.ratios, *self.per_run, self.lr_scaling,
+        return [self.throughput, *self.ratios, *self.per_run, *self.frameworks, self.lr_scaling,
                 *([self.time_to_accuracy] if self.time_to_accuracy else [])]
 
 
@@ -49,7 +50,8 @@ def build_report(run: Run, target_acc: float | None = None) -> Report:
     }
     # The ratio tables, and precision beside the GPU count where the run varies precision or compile.
     return Report(run, figures, long, throughput_table(long, source), ratio_tables(long, source) + precision_tables(long, source),
-                  per_run_tables(figures, run.label), lr_scaling_table(figures, source), tta, target, drawn)
+                  per_run_tables(figures, run.label), framework_tables(figures, source), lr_scaling_table(figures, source),
+                  tta, target, drawn)
 
 
 def summary_line(run: Run, figures: pd.DataFrame) -> str:

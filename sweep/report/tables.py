@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from sweep.report.figures import SPEED_KEY, USABLE, batch_label, group_labels, provenance, status_label
+from sweep.report.figures import GROUP_KEY, SPEED_KEY, USABLE, batch_label, group_labels, provenance, status_label
 
 NO_TRIAL = "-"
 RATIO_AXES = ("data_kind", "batch_per_gpu", "framework", "model")
@@ -172,6 +172,45 @@ def per_run_tables(figures: pd.DataFrame, run_label: str) -> list[Table]:
         notes.append("Training time: sum of epoch times (evaluation excluded); images/s: steady state.")
         tables.append(Table("per_run", group, frame, units={label: unit for label, _, unit in PER_RUN_ROWS},
                             notes=notes, source=provenance(trials, run_label)))
+    return tables
+
+
+def framework_tables(figures: pd.DataFrame, source: str = "") -> list[Table]:
+    """Study 000 with the frameworks side by side: per trial group less its framework, study 000's measures
+    in a column per GPU count and framework, and each framework's images/s over the first framework (in
+    name order) that has a number at that GPU count. Only where a run has trials of two frameworks or more."""
+    if figures.empty or figures["framework"].nunique() < 2:
+        return []
+    cells = figures.copy()
+    cells["other"] = group_labels(cells, GROUP_KEY, exclude=("framework",))
+    tables = []
+    for other, trials in cells.groupby("other", sort=False):
+        if trials["framework"].nunique() < 2:
+            continue
+        trials = trials.sort_values(["num_gpus", "framework"]).drop_duplicates(["num_gpus", "framework"])
+        columns = [f"GPU ({int(n)}) {fw}" for n, fw in zip(trials["num_gpus"], trials["framework"])]
+        labels = [label for label, _, _ in PER_RUN_ROWS]
+        frame = pd.DataFrame(NO_TRIAL, index=labels + ["Images/s over the first framework"], columns=columns, dtype=object)
+        bases = {}
+        for column, (_, trial) in zip(columns, trials.iterrows()):
+            usable = trial["status"] in USABLE
+            for label, key, _ in PER_RUN_ROWS:
+                frame.loc[label, column] = trial[key] if usable else status_label(trial["status"])
+            speed = trial["images_per_sec"] if usable else math.nan
+            if pd.notna(speed) and speed > 0:
+                bases.setdefault(int(trial["num_gpus"]), (trial["framework"], speed))
+        for column, (_, trial) in zip(columns, trials.iterrows()):
+            base = bases.get(int(trial["num_gpus"]))
+            speed = trial["images_per_sec"] if trial["status"] in USABLE else math.nan
+            if base and pd.notna(speed):
+                frame.loc["Images/s over the first framework", column] = speed / base[1]
+        named = ", ".join(f"{n} GPU: {fw}" for n, (fw, _) in sorted(bases.items()))
+        notes = [f"Images/s over the first framework: this column's images/s over that of the first framework in "
+                 f"name order with a number at the same GPU count ({named or 'none'}), every other setting equal.",
+                 "Training time: sum of epoch times (evaluation excluded); images/s: steady state."]
+        units = {label: unit for label, _, unit in PER_RUN_ROWS} | {"Images/s over the first framework": "x"}
+        tables.append(Table("frameworks", f"Frameworks side by side: {other}", frame, units=units, notes=notes,
+                            source=source))
     return tables
 
 

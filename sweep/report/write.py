@@ -32,6 +32,10 @@ def write_report(report: Report, out: Path) -> list[Path]:
     per_run = pd.concat({t.title: t.frame for t in report.per_run}, names=["trial group", "measure"])
     per_run.to_csv(out / "per_run.csv")
     written.append(out / "per_run.csv")
+    if report.frameworks:
+        sides = pd.concat({t.title: t.frame for t in report.frameworks}, names=["trial group", "measure"])
+        sides.to_csv(out / "frameworks.csv")
+        written.append(out / "frameworks.csv")
     for name, fig in report.plots.items():
         if fig is not None:
             fig.savefig(out / f"{name}.png", dpi=100, bbox_inches="tight")  # legends beside the axes included
@@ -49,6 +53,8 @@ def write_report(report: Report, out: Path) -> list[Path]:
     md += ["", "## Throughput", "", render_markdown(report.throughput)]
     md += [render_markdown(t) for t in report.ratios]
     md += ["## Per trial group (study 000)", ""] + [render_markdown(t) for t in report.per_run]
+    if report.frameworks:
+        md += ["## Frameworks side by side", ""] + [render_markdown(t) for t in report.frameworks]
     md += ["## LR scaling", "", render_markdown(report.lr_scaling)]
     md += ["## Time to accuracy", ""]
     if report.time_to_accuracy:
