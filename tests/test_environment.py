@@ -55,6 +55,23 @@ def test_a_trials_rows_carry_the_frameworks_own_build_facts(framework: str) -> N
     assert not set(LEGACY_COLUMNS) & set(row)
 
 
+@pytest.mark.parametrize("dist, expected", [("mxnet-cu117", "11.7"), ("mxnet_cu118", "11.8"), ("mxnet-cu102", "10.2"),
+                                            ("mxnet-cu121", "12.1"), ("mxnet", None), ("mxnet-mkl", None)])
+def test_the_cuda_of_a_build_is_read_from_its_distributions_name(dist: str, expected: str | None, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """MXNet's wheels say their CUDA only in their names (mxnet-cu117 is CUDA 11.7): an installed
+    distribution of that name, made here as pip lays one out, providing a package `fakemx`."""
+    from trainables import probe
+
+    info = tmp_path / f"{dist.replace('-', '_')}-1.9.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.9.1\n")
+    (info / "top_level.txt").write_text("fakemx\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert probe.cuda_in_name("fakemx") == expected
+    assert probe.cuda_in_name("no_such_package_here") is None
+
+
 def test_driver_cuda_is_the_drivers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """On a GPU node (only nvidia-smi faked) the driver's CUDA goes to its own column."""
     (tmp_path / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
