@@ -1,4 +1,4 @@
-"""plan, --set, runs, status --run and rm, on two runs the engine makes once for the module.
+"""plan, --set, runs, status --run and rm, on two runs the engine makes once for the session (conftest.engine_runs).
 
 The runs: tests/sweeps/tiny_mxnet.yaml with `--set epochs=1 --set batch_per_gpu=8` (two trials: 1 and 2
 GPUs), first on one emulated GPU with --skip-infeasible (the 1-GPU trial runs, the 2-GPU one is recorded
@@ -15,48 +15,24 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, SWEEPS, run_cli
+from conftest import ROOT, SETS, SWEEPS, TINY as SWEEP, EngineRuns, run_cli
 
 from sweep import store
 from sweep.plan import Plan
 from sweep.runs import resume_command
 from trainables.config import TrialConfig
 
-SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
-SETS = ["--set", "epochs=1", "--set", "batch_per_gpu=8"]
 
 
-@dataclass(frozen=True)
-class EngineRuns:
-    results: Path
-    first: subprocess.CompletedProcess  # on one emulated GPU: the 2-GPU trial infeasible
-    second: subprocess.CompletedProcess  # on four: both trials, estimated from the first
-    run_ids: list[str]
-
-    def run_dir(self, i: int) -> Path:
-        return self.results / "tiny_mxnet" / self.run_ids[i]
-
-    def meta(self, i: int) -> store.RunMeta:
-        return store.RunStore(self.run_dir(i)).meta
-
-    def trials(self, i: int) -> pd.DataFrame:
-        return pd.read_parquet(self.run_dir(i) / "trials").set_index("trial_id")
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> EngineRuns:
-    results = tmp_path_factory.mktemp("plan") / "results"
-    first = run_cli(SWEEP, *SETS, "--emulate-gpus", "1", "--skip-infeasible", "--results", str(results), timeout=400)
-    # A user who hides the GPUs (CUDA_VISIBLE_DEVICES="") gets emulated ones; Ray refuses fake GPUs
-    # while that variable names none, so the engine clears it for its embedded Ray.
-    second = run_cli(SWEEP, *SETS, "--results", str(results), timeout=400, env={"CUDA_VISIBLE_DEVICES": ""})
-    ids = [p.name for p in store.run_dirs(results, "tiny_mxnet")]
-    return EngineRuns(results, first, second, ids)
+@pytest.fixture
+def runs(engine_runs: EngineRuns) -> EngineRuns:
+    """conftest's two engine-made runs (shared by the session); read them, copy before changing them."""
+    return engine_runs
 
 
 def one_line_error(out: subprocess.CompletedProcess, *words: str) -> None:
