@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT
+from conftest import ROOT, EngineRuns, copy_run
 from test_frameworks import FAKE_NVIDIA_SMI
 
 from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, LEGACY_COLUMNS
@@ -97,16 +97,19 @@ def test_loaded_cudnn_is_read_from_the_library_in_the_process(tmp_path: Path) ->
     assert environment.cudnn_version_text(8902) == "8.9.2" and environment.cudnn_version_text(90300) == "9.3.0"
 
 
-def test_an_older_runs_columns_read_into_the_new_ones(tmp_path: Path) -> None:
-    """A run written before the split: its cuda_version (the driver's) and cudnn_version (TensorFlow's
-    build) are read as driver_cuda_version and framework_cudnn_version; the new columns it lacks are None."""
-    old_schema = pa.schema([f for f in EPOCH_SCHEMA if f.name not in NEW] +
-                           [pa.field("cuda_version", pa.string()), pa.field("cudnn_version", pa.string())])
-    row = {"sweep": "s", "run_id": "r", "trial_id": "t1", "epoch": 0, "status": "completed", "reported_at": 1.0,
-           "framework": "tensorflow", "cuda_version": "13.0", "cudnn_version": "9"}
-    (tmp_path / "epochs").mkdir()
-    pq.write_table(pa.Table.from_pylist([row], schema=old_schema), tmp_path / "epochs" / "t1.parquet")
-    read = RunStore(tmp_path).epochs().iloc[0]
-    assert (read["driver_cuda_version"], read["framework_cudnn_version"]) == ("13.0", "9")
-    assert read["framework_cuda_version"] is None and read["cudnn_loaded_version"] is None
-    assert "cuda_version" not in read.index and "cudnn_version" not in read.index
+def test_an_older_runs_columns_read_into_the_new_ones(engine_runs: EngineRuns, tmp_path: Path) -> None:
+    """A run written before the split, made from an engine-made run: its epoch rows rewritten without the new
+    columns and with cuda_version (the driver's) and cudnn_version (TensorFlow's build), as then. Those are
+    read as driver_cuda_version and framework_cudnn_version; the new columns it lacks are None."""
+    folder = copy_run(engine_runs, 1, tmp_path)
+    (part,) = list((folder / "epochs").iterdir())
+    table = pq.read_table(part)
+    old = table.drop_columns(list(NEW)).append_column("cuda_version", pa.array(["13.0"] * len(table))) \
+               .append_column("cudnn_version", pa.array(["9"] * len(table)))
+    pq.write_table(old, part)
+    read = RunStore(folder).epochs()
+    assert len(read) == len(table) == 2
+    assert set(read.driver_cuda_version) == {"13.0"} and set(read.framework_cudnn_version) == {"9"}
+    assert read.framework_cuda_version.isna().all() and read.cudnn_loaded_version.isna().all()
+    assert "cuda_version" not in read.columns and "cudnn_version" not in read.columns
+    assert sorted(read.images_per_sec) == sorted(table.column("images_per_sec").to_pylist())  # the rest as written

@@ -118,15 +118,17 @@ def test_bad_env_option_through_the_cli_is_exit_2_and_writes_nothing(tmp_path: P
 @pytest.fixture(scope="module")
 def env_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A real run whose sweep file names an interpreter that does not exist for MXNet, and whose --env names
-    this one: (its run folder, the interpreter given)."""
+    this one; two trials, at most one at a time (--max-concurrent 1): (its run folder, the interpreter given)."""
     work = tmp_path_factory.mktemp("env-run")
     path = work / "env_over_file.yaml"
     path.write_text('description: "--env over the file\'s entry"\n'
                     "fixed: {model: resnet8_cifar, framework: mxnet, num_gpus: 1, batch_per_gpu: 8, epochs: 1, lr: 0.05,\n"
                     "        data: synthetic, steps_per_epoch: 2, warmup_steps: 1}\n"
+                    "grid: {seed: [1, 2]}\n"
                     "environments:\n  mxnet: {py_executable: /nonexistent/python}\n")
     python = sys.executable
-    out = run_cli(str(path), "--env", f"mxnet={python}", "--results", str(work / "results"), timeout=400)
+    out = run_cli(str(path), "--env", f"mxnet={python}", "--max-concurrent", "1", "--results", str(work / "results"),
+                  timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     return store.run_dirs(work / "results", "env_over_file")[-1], python
 
@@ -135,11 +137,20 @@ def env_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def test_env_replaces_the_sweep_files_entry_and_the_rows_say_so(env_run: tuple[Path, str]) -> None:
     folder, python = env_run
     epochs = pd.read_parquet(folder / "epochs")
-    assert len(epochs) == 1 and set(pd.read_parquet(folder / "trials").status) == {"completed"}
+    assert len(epochs) == 2 and set(pd.read_parquet(folder / "trials").status) == {"completed"}
     assert set(epochs.environment) == {f"py_executable {python}"} and set(epochs.python_executable) == {python}
     session = store.RunStore(folder).meta.sessions[-1]
     assert session.environments == {"mxnet": Environment("py_executable", python)}
     assert [(c.framework, c.ok, c.python) for c in session.checks] == [("mxnet", True, python)]
+
+
+@pytest.mark.slow
+def test_max_concurrent_bounds_the_trials_running_at_once(env_run: tuple[Path, str]) -> None:
+    """Two 1-GPU trials on four emulated GPUs and two CPUs would start together; --max-concurrent 1 runs them
+    one after the other (each trial's interval from Tune's start to its end, as the summary rows keep them)."""
+    folder, _ = env_run
+    first, second = pd.read_parquet(folder / "trials").sort_values("started_at").itertuples()
+    assert first.ended_at <= second.started_at, (first.started_at, first.ended_at, second.started_at)
 
 
 @pytest.mark.slow

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, SWEEPS
+from conftest import ROOT, SWEEPS, EngineRuns, copy_run
 
 from sweep import store
 from sweep.schema import Status
-from trainables.config import TrialConfig
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 CORPUS = sorted(HOSTILE.iterdir())
@@ -209,21 +208,25 @@ def test_an_address_that_is_not_a_ray_gcs_is_one_line_within_seconds(kind: str, 
 
 # --- the store keeps a row whatever a value is -------------------------------------------------------
 
-def test_a_summary_with_a_value_the_store_cannot_hold_is_still_written(tmp_path: Path) -> None:
+def test_a_summary_with_a_value_the_store_cannot_hold_is_still_written(engine_runs: EngineRuns, tmp_path: Path) -> None:
     """The class of bug behind `seed: [2^64]` (a trial that failed at its first step, whose summary row then
-    overflowed pyarrow): the row lands, that column null, the trial failed with the reason."""
-    meta = store.RunMeta("s", "r1", "smoke", "s.yaml", "", None, True, ["a"])
-    run = store.RunStore.create(tmp_path, meta, "description: x\n")
-    config = TrialConfig("mxnet", "resnet8_cifar", num_gpus=1, batch_per_gpu=8, epochs=1, lr=0.1, seed=2**64)
-    summary = store.summarize("a", config, [], Status.FAILED, {"sweep": "s", "run_id": "r1"})
-    run.finish_trial({**summary, "error_type": "ValueError", "error": "Seed must be between 0 and 2**32 - 1"}, [])
-    assert run.finished() == {"a": Status.FAILED}
-    row = pq.read_table(run.trials_dir / "a.parquet").to_pylist()[0]
+    overflowed pyarrow): the row lands, that column null, the trial failed with the reason. The rows are an
+    engine-made run's, with the seed edited."""
+    run = store.RunStore(copy_run(engine_runs, 1, tmp_path))
+    summary = min(run.trial_rows(), key=lambda r: r["num_gpus"])
+    tid = summary["trial_id"]
+    epochs = run.trial_epochs(tid)
+    run.finish_trial({**summary, "seed": 2**64, "status": "failed", "error_type": "ValueError",
+                      "error": "Seed must be between 0 and 2**32 - 1"}, epochs)
+    assert run.finished()[tid] == Status.FAILED
+    row = pq.read_table(run.trials_dir / f"{tid}.parquet").to_pylist()[0]
     assert row["seed"] is None and row["num_gpus"] == 1 and row["error_type"] == "ValueError"
     assert row["error"] == "Seed must be between 0 and 2**32 - 1; values not storable in column seed"
+    assert row["wall_time_s"] == summary["wall_time_s"]  # the other columns as the engine wrote them
     # And a completed trial's summary with such a value turns failed: it cannot be told apart from the others.
-    run.finish_trial(store.summarize("a", config, [], Status.COMPLETED, {"sweep": "s", "run_id": "r1"}), [])
-    assert run.finished() == {"a": Status.FAILED}
+    run.finish_trial({**summary, "seed": 2**64}, epochs)
+    assert run.finished()[tid] == Status.FAILED
+    assert pq.read_table(run.trials_dir / f"{tid}.parquet").to_pylist()[0]["error_type"] == "UnstorableValue"
 
 
 def test_the_engine_version_is_the_source_trees_own(tmp_path: Path) -> None:

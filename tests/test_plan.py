@@ -282,3 +282,40 @@ def test_a_damaged_run_is_listed_as_such_and_can_still_be_deleted(runs: EngineRu
     assert plan.returncode == 0 and "in 2 earlier runs on" in plan.stdout, plan.stdout + plan.stderr
     gone = cli(capsys, "rm", "tiny_mxnet", first, "--yes", "--results", str(results))
     assert gone.returncode == 0 and not (results / "tiny_mxnet" / first).exists(), gone.stdout + gone.stderr
+
+
+@pytest.mark.slow
+def test_resume_of_a_run_not_the_latest_with_retry_failed_and_force(runs: EngineRuns, tmp_path: Path) -> None:
+    """The first run (its 2-GPU trial infeasible on one emulated GPU) resumed by its id while a later run exists,
+    on the default four GPUs: --retry-failed runs the infeasible trial, --force takes the run as it was started
+    (its --set values, not the ones given now); the completed trial is not trained again, the later run untouched."""
+    results = tmp_path / "results"
+    shutil.copytree(runs.results, results)
+    first, second = runs.run_ids
+    one, two = (t.trial_id for t in _trials())
+    later = {p: p.read_bytes() for p in (results / "tiny_mxnet" / second).rglob("*") if p.is_file()}
+    out = run_cli(SWEEP, "--resume", first, "--retry-failed", "--force", "--set", "epochs=2", "--results", str(results),
+                  timeout=400, env={"SWEEP_PROGRESS": "live"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    # SWEEP_PROGRESS=live: the live view although the output is a pipe (plain lines otherwise: test_watching).
+    assert "\x1b[" in out.stdout and "] 2/2 trials  0 running  0 failed  0 pending" in out.stdout, out.stdout[-2000:]
+    run = store.RunStore(results / "tiny_mxnet" / first)
+    summary = run.trials().set_index("trial_id")
+    assert summary.status.to_dict() == {one: "completed", two: "completed"}
+    assert set(summary.epochs) == {1} and run.meta.overrides == {"epochs": 1, "batch_per_gpu": 8}
+    assert len(run.meta.sessions) == 2 and "--retry-failed" in run.meta.sessions[1].command
+    assert {t: run.attempts(t) for t in (one, two)} == {one: 1, two: 1}  # one ran in the first session only
+    assert sorted(zip(run.epochs().trial_id, run.epochs().epoch)) == sorted([(one, 0), (two, 0)])
+    assert {p: p.read_bytes() for p in (results / "tiny_mxnet" / second).rglob("*") if p.is_file()} == later
+
+
+def test_plan_emulate_gpus_shapes_the_embedded_ray_as_run_would(runs: EngineRuns, capsys: pytest.CaptureFixture) -> None:
+    one, two = (t.trial_id for t in _trials())
+    narrow = cli(capsys, "plan", SWEEP, *SETS, "--emulate-gpus", "1", "--results", str(runs.results))
+    assert narrow.returncode == 0, narrow.stderr
+    assert "1 node with 1 emulated GPUs and" in narrow.stdout and "node-1     1 " in narrow.stdout, narrow.stdout
+    assert f"fits no node: {two} needs 2 GPUs" in narrow.stdout and f"fits no node: {one}" not in narrow.stdout
+    wide = cli(capsys, "plan", SWEEP, *SETS, "--emulate-gpus", "3", "--results", str(runs.results))
+    assert wide.returncode == 0 and "1 node with 3 emulated GPUs and" in wide.stdout, wide.stdout + wide.stderr
+    assert "fits no node" not in wide.stdout
+    one_line_error(cli(capsys, "plan", SWEEP, "--emulate-gpus", "0"), "--emulate-gpus: expected an integer >= 1")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -146,17 +147,19 @@ def test_warmup_steps_are_not_counted_in_steady_throughput(monkeypatch: pytest.M
     assert first["steady_images_per_sec_stderr"] is not None and first["steady_jitter"] is not None
 
 
-def test_nan_loss_ends_the_trial_as_diverged() -> None:
-    class Diverging(SlowStartBackend):
-        def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
-            self.steps += 1
-            return (float("nan") if self.steps >= 5 else 1.0), 0, 10
-
-    cfg = TrialConfig(framework="mxnet", model="resnet8_cifar", num_gpus=1, batch_per_gpu=10, epochs=3,
-                      lr=0.1, data="synthetic", steps_per_epoch=3, warmup_steps=0)
-    rows: list[dict[str, Any]] = []
-    checkpoints: list[str | None] = []
-    run_trial(cfg, Devices("cpu-emulated", 1, ("0",)), None, lambda m, c: (rows.append(m), checkpoints.append(c)),
-              backend=Diverging(0, 0, 0))
-    assert [r["diverged"] for r in rows] == [False, True]  # stops in epoch 2, never runs epoch 3
-    assert checkpoints[-1] is None  # a diverged model is not checkpointed
+def test_nan_loss_ends_the_trial_as_diverged(tmp_path: Path) -> None:
+    """A real MXNet trial at lr 1e8 (as tests/sweeps/failures.yaml's diverging trial): its loss goes to NaN, the
+    trial stops in that epoch, and the checkpoint kept is the last healthy epoch's, never the broken model."""
+    config = {"framework": "mxnet", "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 8, "epochs": 6,
+              "steps_per_epoch": 3, "warmup_steps": 0, "lr": 1e8, "data": "synthetic"}
+    ckpt = tmp_path / "ckpt"
+    rows = run_local(config, "--checkpoint-dir", str(ckpt))
+    flags = [r["diverged"] for r in rows]
+    assert flags[-1] and not any(flags[:-1]) and len(rows) < config["epochs"], flags  # stops in the epoch it diverged
+    loss = rows[-1]["train_loss"]
+    assert loss is None or not math.isfinite(loss), loss
+    healthy = len(rows) - 1
+    if healthy:
+        assert json.loads((ckpt / "checkpoint.json").read_text())["epoch"] == healthy - 1
+    else:
+        assert not ckpt.exists()  # diverged in its first epoch: nothing was ever checkpointed

@@ -362,16 +362,42 @@ def browse(dashboard: str, token: str, page: str, wanted: list[str], png: Path, 
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def this_hosts_address() -> str:
+    """A non-loopback IPv4 address of this machine (the one a route out would use)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.123", 9))  # UDP: no packet is sent, the kernel only picks the interface
+        address = s.getsockname()[0]
+    if address.startswith("127."):
+        pytest.fail("this machine has no non-loopback IPv4 address to test --dashboard-host with")
+    return address
+
+
+def refused(host: str, port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
 @pytest.mark.slow
 def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(tmp_path: Path) -> None:
+    """Run with --dashboard-host set to this machine's own address: the dashboard listens there, not on
+    127.0.0.1 (where it listens without the option)."""
     data = write_cifar10(tmp_path / "data")
+    host = this_hosts_address()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for key in ("RAY_ADDRESS", "SWEEP_PROGRESS"):
         env.pop(key, None)
     labels = {t.trial_id: f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.batch_per_gpu} "
                           f"lr=0.05" for t in TRIALS}
     proc = subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(tmp_path / "results"),
-                             "--data-dir", str(data)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             "--data-dir", str(data), "--dashboard-host", host], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
                             text=True, env=env, start_new_session=True)
     out = Output(proc)
     try:
@@ -383,7 +409,9 @@ def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(
         dashboard = out.match(r"^Ray dashboard: (http://\S+) \(token auth on: .*~/\.ray/auth_token")
         assert dashboard, out.text
         dashboard = dashboard[1]
-        assert re.match(r"http://127\.0\.0\.1:\d+$", dashboard), dashboard  # embedded: bound to localhost
+        port = int(dashboard.rsplit(":", 1)[1])
+        assert dashboard == f"http://{host}:{port}", dashboard  # listening where it was asked to ...
+        assert refused("127.0.0.1", port)  # ... and only there
         token = ray_token()
         assert token not in out.text  # where the token is, never the token
 
