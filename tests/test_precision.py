@@ -155,7 +155,7 @@ SWITCH = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("framework", ["mxnet", "tensorflow"])
+@pytest.mark.parametrize("framework", ["mxnet", pytest.param("tensorflow", marks=pytest.mark.slow)])  # TF: ~12 s
 def test_the_default_precision_is_tf32_and_fp32_turns_tf32_off(framework: str) -> None:
     """Read inside the trial's process, after its backend is built: TensorFlow's own switch
     (tensor_float_32_execution_enabled), and for MXNet the variables cuBLAS, cuDNN and MXNet read."""
