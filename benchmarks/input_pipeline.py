@@ -6,7 +6,7 @@ correctness check. Here the two sides take turns, the order flips every round, a
 the median of the per-round ratios (real / synthetic steady images/s, the loop's own step timer).
 Goal: >= 0.9 (the augmentation thread and the host-to-device copy keep up with the steps).
 
-Run (from the repository root; about 1 minute per round on a 2-core machine):
+Run (from the repository root):
 
   .venv/bin/python benchmarks/input_pipeline.py
   .venv/bin/python benchmarks/input_pipeline.py --rounds 5 --framework tensorflow
