@@ -4,12 +4,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = Path(__file__).resolve().parent / "sweeps"
+TINY = str(SWEEPS / "tiny_mxnet.yaml")
+SETS = ["--set", "epochs=1", "--set", "batch_per_gpu=8"]
 
 
 def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -50,3 +54,50 @@ def two_node_cluster(node: dict[str, int]):
         yield cluster
     finally:
         cluster.shutdown()
+
+
+@dataclass(frozen=True)
+class EngineRuns:
+    """Two runs the engine made of tiny_mxnet.yaml with SETS (two trials: 1 and 2 GPUs, one epoch each, synthetic
+    data): `first` on one emulated GPU with --skip-infeasible (the 1-GPU trial ran, the 2-GPU one was recorded
+    infeasible), `second` on the default four (both completed). Tests that need a run's files, metadata or
+    rows read them here; a test that changes them works on a copy (copy_run)."""
+    results: Path
+    first: subprocess.CompletedProcess
+    second: subprocess.CompletedProcess
+    run_ids: list[str]
+
+    def run_dir(self, i: int) -> Path:
+        return self.results / "tiny_mxnet" / self.run_ids[i]
+
+    def meta(self, i: int):
+        from sweep import store
+
+        return store.RunStore(self.run_dir(i)).meta
+
+    def trials(self, i: int) -> pd.DataFrame:
+        return pd.read_parquet(self.run_dir(i) / "trials").set_index("trial_id")
+
+
+@pytest.fixture(scope="session")
+def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> EngineRuns:
+    """Made once per test session (about a minute): every test that needs an engine-made run shares these."""
+    from sweep import store
+
+    results = tmp_path_factory.mktemp("engine-runs") / "results"
+    first = run_cli(TINY, *SETS, "--emulate-gpus", "1", "--skip-infeasible", "--results", str(results), timeout=400)
+    # A user who hides the GPUs (CUDA_VISIBLE_DEVICES="") gets emulated ones; Ray refuses fake GPUs
+    # while that variable names none, so the engine clears it for its embedded Ray.
+    second = run_cli(TINY, *SETS, "--results", str(results), timeout=400, env={"CUDA_VISIBLE_DEVICES": ""})
+    ids = [p.name for p in store.run_dirs(results, "tiny_mxnet")]
+    assert first.returncode == 1 and second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+    return EngineRuns(results, first, second, ids)
+
+
+def copy_run(runs: EngineRuns, i: int, to: Path) -> Path:
+    """A copy of run i's folder (results/tiny_mxnet/RUN_ID under `to`), to change as a test needs."""
+    import shutil
+
+    target = to / "tiny_mxnet" / runs.run_ids[i]
+    shutil.copytree(runs.run_dir(i), target)
+    return target

@@ -33,6 +33,33 @@ def test_folder_and_archive_load_the_same(good: Path, tmp_path: Path) -> None:
     np.testing.assert_array_equal(folder.test_y, archive.test_y)
 
 
+def test_decoded_pixels_and_labels_are_the_ones_written(tmp_path: Path) -> None:
+    """The format, byte by byte as CIFAR-10 documents it, written here without the loader's or the writer's
+    code: each row is 1024 red bytes, 1024 green, 1024 blue, each plane row-major (32 rows of 32)."""
+    folder = tmp_path / data.FOLDER
+    folder.mkdir()
+    files = [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]
+    for f, name in enumerate(files):
+        rows, labels = [], []
+        for i in range(2):
+            n = 2 * f + i  # this image's number over all files, in order
+            planes = np.zeros((3, 32, 32), dtype=np.uint8)
+            planes[0], planes[1], planes[2] = 10 + n, 100 + n, 200 + n  # red, green, blue
+            planes[0, 1, 2] = 7  # one red pixel at row 1, column 2: a row/column swap moves it
+            rows.append(planes.reshape(-1))
+            labels.append((3 * n + 1) % 10)
+        with open(folder / name, "wb") as out:
+            pickle.dump({b"batch_label": b"x", b"labels": labels, b"data": np.stack(rows), b"filenames": []}, out,
+                        protocol=2)
+    loaded = load_cifar10(str(tmp_path))
+    assert loaded.train_x.shape == (10, 32, 32, 3) and loaded.test_x.shape == (2, 32, 32, 3)
+    everything = np.concatenate([loaded.train_x, loaded.test_x])
+    for n, image in enumerate(everything):  # NHWC, channels in RGB order, the files' order kept
+        assert image[0, 0].tolist() == [10 + n, 100 + n, 200 + n], n
+        assert image[1, 2, 0] == 7 and image[2, 1, 0] == 10 + n, n
+    assert np.concatenate([loaded.train_y, loaded.test_y]).tolist() == [(3 * n + 1) % 10 for n in range(12)]
+
+
 class RunsCode:
     """A pickle payload that would create a file if it were ever unpickled by a permissive loader."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT
+from conftest import ROOT, EngineRuns, copy_run
 from test_frameworks import FAKE_NVIDIA_SMI
 
 from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, LEGACY_COLUMNS
@@ -57,6 +57,23 @@ def test_a_trials_rows_carry_the_frameworks_own_build_facts(framework: str) -> N
     assert not set(LEGACY_COLUMNS) & set(row)
 
 
+@pytest.mark.parametrize("dist, expected", [("mxnet-cu117", "11.7"), ("mxnet_cu118", "11.8"), ("mxnet-cu102", "10.2"),
+                                            ("mxnet-cu121", "12.1"), ("mxnet", None), ("mxnet-mkl", None)])
+def test_the_cuda_of_a_build_is_read_from_its_distributions_name(dist: str, expected: str | None, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """MXNet's wheels say their CUDA only in their names (mxnet-cu117 is CUDA 11.7): an installed
+    distribution of that name, made here as pip lays one out, providing a package `fakemx`."""
+    from trainables import probe
+
+    info = tmp_path / f"{dist.replace('-', '_')}-1.9.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.9.1\n")
+    (info / "top_level.txt").write_text("fakemx\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert probe.cuda_in_name("fakemx") == expected
+    assert probe.cuda_in_name("no_such_package_here") is None
+
+
 def test_driver_cuda_is_the_drivers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """On a GPU node (only nvidia-smi faked) the driver's CUDA goes to its own column."""
     (tmp_path / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
@@ -82,16 +99,19 @@ def test_loaded_cudnn_is_read_from_the_library_in_the_process(tmp_path: Path) ->
     assert environment.cudnn_version_text(8902) == "8.9.2" and environment.cudnn_version_text(90300) == "9.3.0"
 
 
-def test_an_older_runs_columns_read_into_the_new_ones(tmp_path: Path) -> None:
-    """A run written before the split: its cuda_version (the driver's) and cudnn_version (TensorFlow's
-    build) are read as driver_cuda_version and framework_cudnn_version; the new columns it lacks are None."""
-    old_schema = pa.schema([f for f in EPOCH_SCHEMA if f.name not in NEW] +
-                           [pa.field("cuda_version", pa.string()), pa.field("cudnn_version", pa.string())])
-    row = {"sweep": "s", "run_id": "r", "trial_id": "t1", "epoch": 0, "status": "completed", "reported_at": 1.0,
-           "framework": "tensorflow", "cuda_version": "13.0", "cudnn_version": "9"}
-    (tmp_path / "epochs").mkdir()
-    pq.write_table(pa.Table.from_pylist([row], schema=old_schema), tmp_path / "epochs" / "t1.parquet")
-    read = RunStore(tmp_path).epochs().iloc[0]
-    assert (read["driver_cuda_version"], read["framework_cudnn_version"]) == ("13.0", "9")
-    assert read["framework_cuda_version"] is None and read["cudnn_loaded_version"] is None
-    assert "cuda_version" not in read.index and "cudnn_version" not in read.index
+def test_an_older_runs_columns_read_into_the_new_ones(engine_runs: EngineRuns, tmp_path: Path) -> None:
+    """A run written before the split, made from an engine-made run: its epoch rows rewritten without the new
+    columns and with cuda_version (the driver's) and cudnn_version (TensorFlow's build), as then. Those are
+    read as driver_cuda_version and framework_cudnn_version; the new columns it lacks are None."""
+    folder = copy_run(engine_runs, 1, tmp_path)
+    (part,) = list((folder / "epochs").iterdir())
+    table = pq.read_table(part)
+    old = table.drop_columns(list(NEW)).append_column("cuda_version", pa.array(["13.0"] * len(table))) \
+               .append_column("cudnn_version", pa.array(["9"] * len(table)))
+    pq.write_table(old, part)
+    read = RunStore(folder).epochs()
+    assert len(read) == len(table) == 2
+    assert set(read.driver_cuda_version) == {"13.0"} and set(read.framework_cudnn_version) == {"9"}
+    assert read.framework_cuda_version.isna().all() and read.cudnn_loaded_version.isna().all()
+    assert "cuda_version" not in read.columns and "cudnn_version" not in read.columns
+    assert sorted(read.images_per_sec) == sorted(table.column("images_per_sec").to_pylist())  # the rest as written

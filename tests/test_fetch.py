@@ -146,6 +146,20 @@ def test_fetch_downloads_verifies_and_unpacks(server, archive: bytes, source_dat
     assert served.ranges == [None]
 
 
+def test_fetch_with_an_md5_checksum_into_sweep_data_dir(server, archive: bytes, source_data: Path, tmp_path: Path) -> None:
+    """The two documented forms the first test does not take: --checksum md5:HEX, and no --data-dir (the
+    folder comes from $SWEEP_DATA_DIR)."""
+    url, served = server
+    served.body = archive
+    target = tmp_path / "from-env"
+    out = run_cli("data", "fetch", "cifar10", "--url", url, "--checksum", "md5:" + hashlib.md5(archive).hexdigest(),
+                  timeout=120, env={**NO_PROXY, "SWEEP_DATA_DIR": str(target)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "checksum verified (md5)" in out.stdout
+    assert sorted(p.name for p in target.iterdir()) == [data.FOLDER]
+    assert_same_data(target, source_data)
+
+
 def test_data_already_there_needs_no_server(source_data: Path, tmp_path: Path) -> None:
     archive_only = write_archive(source_data, tmp_path / "archive")  # the loader reads the .tar.gz too
     for folder in (source_data, archive_only):

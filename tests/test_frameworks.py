@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -114,20 +115,58 @@ def test_bad_env_option_through_the_cli_is_exit_2_and_writes_nothing(tmp_path: P
     assert not (tmp_path / "results").exists()
 
 
-def test_run_json_keeps_sessions_checks_and_environments_and_reads_older_files(tmp_path: Path) -> None:
-    check = FrameworkCheck("n1", "mxnet", ok=False, reason="mxnet 1.9.1 (CUDA 11.7) has no kernels for sm_90 (H100)",
-                           version="1.9.1", cuda="11.7", gpu="H100", arch="sm_90", device="gpu")
-    session = store.Session("python -m sweep x", 1.0, "h", 2, None, "0.1.0", None, "2.60.0",
-                            environments={"mxnet": Environment("pip", ("mxnet-cu117==1.9.1",))}, checks=[check])
-    meta = store.RunMeta("x", "r", "smoke", "x.yaml", "0" * 64, None, True, ["t"], sessions=[session])
+@pytest.fixture(scope="module")
+def env_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A real run whose sweep file names an interpreter that does not exist for MXNet, and whose --env names
+    this one; two trials, at most one at a time (--max-concurrent 1): (its run folder, the interpreter given)."""
+    work = tmp_path_factory.mktemp("env-run")
+    path = work / "env_over_file.yaml"
+    path.write_text('description: "--env over the file\'s entry"\n'
+                    "fixed: {model: resnet8_cifar, framework: mxnet, num_gpus: 1, batch_per_gpu: 8, epochs: 1, lr: 0.05,\n"
+                    "        data: synthetic, steps_per_epoch: 2, warmup_steps: 1}\n"
+                    "grid: {seed: [1, 2]}\n"
+                    "environments:\n  mxnet: {py_executable: /nonexistent/python}\n")
+    python = sys.executable
+    out = run_cli(str(path), "--env", f"mxnet={python}", "--max-concurrent", "1", "--results", str(work / "results"),
+                  timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    return store.run_dirs(work / "results", "env_over_file")[-1], python
+
+
+@pytest.mark.slow
+def test_env_replaces_the_sweep_files_entry_and_the_rows_say_so(env_run: tuple[Path, str]) -> None:
+    folder, python = env_run
+    epochs = pd.read_parquet(folder / "epochs")
+    assert len(epochs) == 2 and set(pd.read_parquet(folder / "trials").status) == {"completed"}
+    assert set(epochs.environment) == {f"py_executable {python}"} and set(epochs.python_executable) == {python}
+    session = store.RunStore(folder).meta.sessions[-1]
+    assert session.environments == {"mxnet": Environment("py_executable", python)}
+    assert [(c.framework, c.ok, c.python) for c in session.checks] == [("mxnet", True, python)]
+
+
+@pytest.mark.slow
+def test_max_concurrent_bounds_the_trials_running_at_once(env_run: tuple[Path, str]) -> None:
+    """Two 1-GPU trials on four emulated GPUs and two CPUs would start together; --max-concurrent 1 runs them
+    one after the other (each trial's interval from Tune's start to its end, as the summary rows keep them)."""
+    folder, _ = env_run
+    first, second = pd.read_parquet(folder / "trials").sort_values("started_at").itertuples()
+    assert first.ended_at <= second.started_at, (first.started_at, first.ended_at, second.started_at)
+
+
+@pytest.mark.slow
+def test_run_json_keeps_sessions_checks_and_environments_and_reads_older_files(env_run: tuple[Path, str]) -> None:
+    folder, python = env_run
+    text = (folder / "run.json").read_text()  # as the engine wrote it
+    meta = store.RunMeta.from_json(text, "run.json")
+    assert meta.sessions[0].checks and meta.sessions[0].environments  # something to keep
     assert store.RunMeta.from_json(meta.to_json(), "run.json") == meta
     # run.json as the engine wrote it before sessions had checks and environments: read as having none.
-    older = json.loads(meta.to_json())
+    older = json.loads(text)
     for s in older["sessions"]:
         del s["checks"], s["environments"]
     read = store.RunMeta.from_json(json.dumps(older), "run.json")
     assert read.sessions[0].checks == [] and read.sessions[0].environments == {}
-    assert read.sessions[0].command == "python -m sweep x"
+    assert read.sessions[0].command == meta.sessions[0].command and f"--env mxnet={python}" in read.sessions[0].command
 
 
 def test_unplaceable_trials_and_placement_from_the_checks() -> None:

@@ -108,7 +108,9 @@ def test_a_lost_gcs_is_one_line_exit_75_and_resume_recovers(tmp_path: Path) -> N
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: lost the Ray cluster mid-run (the embedded Ray's GCS"), err
     assert f"resume with: python -m sweep {SWEEP} --resume {run.meta.run_id} --results {results}" in out
-    assert seconds < 45, seconds  # the watchdog's 10 s for a GCS port that refuses, not Ray's minute
+    # Timed from the kill (Ray already up). The watchdog gives a refusing GCS port 10 s; the defect is Ray's
+    # own 60 s reconnect. 55 s tells them apart and leaves 45 s for the driver's exit on a loaded machine.
+    assert seconds < 55, seconds
     trials = spec.load(SWEEP).trials("smoke")
     assert len(run.trials()) < len(trials), "every trial ended before the loss: the test proved nothing"
 
@@ -154,7 +156,10 @@ def test_a_lost_head_node_of_a_joined_cluster_is_one_line_and_exit_75(tmp_path: 
     assert f"--resume {run.meta.run_id}" in out
     # The trials whose actors died with the head are not failures: no summary row, so --resume runs them.
     assert not [tid for tid, status in run.finished().items() if not status.done], run.finished()
-    assert 10 <= seconds < 60, seconds  # about the grace asked for (its clock starts as the head goes), not Ray's minute
+    # Timed from the head's removal (Ray up long before). The grace asked for is 15 s, the defect Ray's own
+    # minute (60 s): the bound leaves the driver 45 s to notice and exit on a loaded machine, and is still
+    # short of the minute. The lower bound: it did wait out the grace (its clock starts as the head goes).
+    assert 10 <= seconds < 60, seconds
 
 
 def test_the_joined_clusters_grace_is_read_once_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""plan, --set, runs, status --run and rm, on two runs the engine makes once for the module.
+"""plan, --set, runs, status --run and rm, on two runs the engine makes once for the session (conftest.engine_runs).
 
 The runs: tests/sweeps/tiny_mxnet.yaml with `--set epochs=1 --set batch_per_gpu=8` (two trials: 1 and 2
 GPUs), first on one emulated GPU with --skip-infeasible (the 1-GPU trial runs, the 2-GPU one is recorded
@@ -15,47 +15,24 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, SWEEPS, run_cli
+from conftest import ROOT, SETS, SWEEPS, TINY as SWEEP, EngineRuns, run_cli
 
 from sweep import store
 from sweep.plan import Plan
 from sweep.runs import resume_command
-
-SWEEP = str(SWEEPS / "tiny_mxnet.yaml")
-SETS = ["--set", "epochs=1", "--set", "batch_per_gpu=8"]
+from trainables.config import TrialConfig
 
 
-@dataclass(frozen=True)
-class EngineRuns:
-    results: Path
-    first: subprocess.CompletedProcess  # on one emulated GPU: the 2-GPU trial infeasible
-    second: subprocess.CompletedProcess  # on four: both trials, estimated from the first
-    run_ids: list[str]
 
-    def run_dir(self, i: int) -> Path:
-        return self.results / "tiny_mxnet" / self.run_ids[i]
-
-    def meta(self, i: int) -> store.RunMeta:
-        return store.RunStore(self.run_dir(i)).meta
-
-    def trials(self, i: int) -> pd.DataFrame:
-        return pd.read_parquet(self.run_dir(i) / "trials").set_index("trial_id")
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> EngineRuns:
-    results = tmp_path_factory.mktemp("plan") / "results"
-    first = run_cli(SWEEP, *SETS, "--emulate-gpus", "1", "--skip-infeasible", "--results", str(results), timeout=400)
-    # A user who hides the GPUs (CUDA_VISIBLE_DEVICES="") gets emulated ones; Ray refuses fake GPUs
-    # while that variable names none, so the engine clears it for its embedded Ray.
-    second = run_cli(SWEEP, *SETS, "--results", str(results), timeout=400, env={"CUDA_VISIBLE_DEVICES": ""})
-    ids = [p.name for p in store.run_dirs(results, "tiny_mxnet")]
-    return EngineRuns(results, first, second, ids)
+@pytest.fixture
+def runs(engine_runs: EngineRuns) -> EngineRuns:
+    """conftest's two engine-made runs (shared by the session); read them, copy before changing them."""
+    return engine_runs
 
 
 def one_line_error(out: subprocess.CompletedProcess, *words: str) -> None:
@@ -254,12 +231,12 @@ def test_rm_asks_first_and_deletes_only_what_it_is_told(runs: EngineRuns, tmp_pa
         one_line_error(cli(capsys, "rm", "tiny_mxnet", bad, "--yes", "--results", str(results)), f"no run {bad} of tiny_mxnet")
 
 
-def _trials():
-    """The fixture's two trials: 1 GPU, then 2."""
-    from sweep import overrides, spec
-
-    trials = overrides.apply(spec.load(SWEEP), {"epochs": 1, "batch_per_gpu": 8}).trials("smoke")
-    return sorted(trials, key=lambda t: t.num_gpus)
+def _trials() -> list[TrialConfig]:
+    """The fixture's two trials, 1 GPU then 2: tiny_mxnet.yaml's fixed settings with SETS over them, written
+    out by hand (not through the --set code that the runs test)."""
+    fixed = {"framework": "mxnet", "model": "resnet8_cifar", "epochs": 1, "steps_per_epoch": 3, "val_examples": 64,
+             "warmup_steps": 1, "lr": 0.05, "batch_per_gpu": 8}
+    return [TrialConfig(**fixed, num_gpus=1), TrialConfig(**fixed, num_gpus=2)]
 
 
 def test_the_benchmark_replays_the_history_as_the_runs_saw_it(runs: EngineRuns) -> None:
@@ -305,3 +282,40 @@ def test_a_damaged_run_is_listed_as_such_and_can_still_be_deleted(runs: EngineRu
     assert plan.returncode == 0 and "in 2 earlier runs on" in plan.stdout, plan.stdout + plan.stderr
     gone = cli(capsys, "rm", "tiny_mxnet", first, "--yes", "--results", str(results))
     assert gone.returncode == 0 and not (results / "tiny_mxnet" / first).exists(), gone.stdout + gone.stderr
+
+
+@pytest.mark.slow
+def test_resume_of_a_run_not_the_latest_with_retry_failed_and_force(runs: EngineRuns, tmp_path: Path) -> None:
+    """The first run (its 2-GPU trial infeasible on one emulated GPU) resumed by its id while a later run exists,
+    on the default four GPUs: --retry-failed runs the infeasible trial, --force takes the run as it was started
+    (its --set values, not the ones given now); the completed trial is not trained again, the later run untouched."""
+    results = tmp_path / "results"
+    shutil.copytree(runs.results, results)
+    first, second = runs.run_ids
+    one, two = (t.trial_id for t in _trials())
+    later = {p: p.read_bytes() for p in (results / "tiny_mxnet" / second).rglob("*") if p.is_file()}
+    out = run_cli(SWEEP, "--resume", first, "--retry-failed", "--force", "--set", "epochs=2", "--results", str(results),
+                  timeout=400, env={"SWEEP_PROGRESS": "live"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    # SWEEP_PROGRESS=live: the live view although the output is a pipe (plain lines otherwise: test_watching).
+    assert "\x1b[" in out.stdout and "] 2/2 trials  0 running  0 failed  0 pending" in out.stdout, out.stdout[-2000:]
+    run = store.RunStore(results / "tiny_mxnet" / first)
+    summary = run.trials().set_index("trial_id")
+    assert summary.status.to_dict() == {one: "completed", two: "completed"}
+    assert set(summary.epochs) == {1} and run.meta.overrides == {"epochs": 1, "batch_per_gpu": 8}
+    assert len(run.meta.sessions) == 2 and "--retry-failed" in run.meta.sessions[1].command
+    assert {t: run.attempts(t) for t in (one, two)} == {one: 1, two: 1}  # one ran in the first session only
+    assert sorted(zip(run.epochs().trial_id, run.epochs().epoch)) == sorted([(one, 0), (two, 0)])
+    assert {p: p.read_bytes() for p in (results / "tiny_mxnet" / second).rglob("*") if p.is_file()} == later
+
+
+def test_plan_emulate_gpus_shapes_the_embedded_ray_as_run_would(runs: EngineRuns, capsys: pytest.CaptureFixture) -> None:
+    one, two = (t.trial_id for t in _trials())
+    narrow = cli(capsys, "plan", SWEEP, *SETS, "--emulate-gpus", "1", "--results", str(runs.results))
+    assert narrow.returncode == 0, narrow.stderr
+    assert "1 node with 1 emulated GPUs and" in narrow.stdout and "node-1     1 " in narrow.stdout, narrow.stdout
+    assert f"fits no node: {two} needs 2 GPUs" in narrow.stdout and f"fits no node: {one}" not in narrow.stdout
+    wide = cli(capsys, "plan", SWEEP, *SETS, "--emulate-gpus", "3", "--results", str(runs.results))
+    assert wide.returncode == 0 and "1 node with 3 emulated GPUs and" in wide.stdout, wide.stdout + wide.stderr
+    assert "fits no node" not in wide.stdout
+    one_line_error(cli(capsys, "plan", SWEEP, "--emulate-gpus", "0"), "--emulate-gpus: expected an integer >= 1")

@@ -1,6 +1,7 @@
 """Precision and XLA: what the convolutions compute in, the rows a real run writes, and the refusals."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -131,3 +132,35 @@ def test_synthetic_batches_are_made_on_each_device_once() -> None:
     lines = out.stdout.strip().splitlines()[-3:]
     assert lines == ["tensorflow ['device:CPU:0', 'device:CPU:1'] True", "tensorflow ['device:CPU:0', 'device:CPU:1']",
                      "mxnet ['cpu(0)', 'cpu(1)'] True"], lines
+
+
+SWITCH = textwrap.dedent("""
+    import json, os, sys
+    from trainables.config import TrialConfig
+    from trainables.loop import Devices, load_backend
+
+    def switch(framework):  # the framework's own TF32 switch, as its libraries read it
+        if framework == "tensorflow":
+            import tensorflow as tf
+            return tf.config.experimental.tensor_float_32_execution_enabled()
+        return os.environ.get("NVIDIA_TF32_OVERRIDE") != "0" and os.environ.get("MXNET_CUDA_ALLOW_TENSOR_CORE") != "0"
+
+    framework = sys.argv[1]
+    base = {"framework": framework, "model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 4, "epochs": 1, "lr": 0.1}
+    seen = []
+    for extra in ({}, {"precision": "fp32"}, {"precision": "tf32"}):  # the default first, then off, then on again
+        cfg = TrialConfig(**base, **extra)
+        load_backend(cfg, Devices.of(["0"], True), 32)
+        seen.append([cfg.precision, switch(framework)])
+    print(json.dumps(seen))
+""")
+
+
+@pytest.mark.parametrize("framework", ["mxnet", pytest.param("tensorflow", marks=pytest.mark.slow)])  # TF: ~12 s
+def test_the_default_precision_is_tf32_and_fp32_turns_tf32_off(framework: str) -> None:
+    """Read inside the trial's process, after its backend is built: TensorFlow's own switch
+    (tensor_float_32_execution_enabled), and for MXNet the variables cuBLAS, cuDNN and MXNet read."""
+    out = subprocess.run([sys.executable, "-c", SWITCH, framework], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k != "NVIDIA_TF32_OVERRIDE"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == '[["tf32", true], ["fp32", false], ["tf32", true]]'

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, EngineRuns, run_cli
 
 from sweep import location, store
 
@@ -40,22 +40,28 @@ def s3_uri() -> str:
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
-def test_a_run_store_on_s3_writes_and_reads_every_row_once(s3_uri: str) -> None:
+def test_a_run_store_on_s3_writes_and_reads_every_row_once(s3_uri: str, engine_runs: EngineRuns) -> None:
+    """An engine-made run written again through the store onto S3, row by row as its trials wrote it."""
+    local = store.RunStore(engine_runs.run_dir(1))
+    meta, spec_text = local.meta, local.spec_text
+    a, b = sorted((row for tid in meta.trials for row in local.trial_epochs(tid)), key=lambda r: r["num_gpus"])
+    summary_a = next(r for r in local.trial_rows() if r["trial_id"] == a["trial_id"])
     results = location.at(s3_uri)
-    meta = store.RunMeta("x", "r1", "full", "x.yaml", "", None, False, ["a", "b"])
-    run = store.RunStore.create(results, meta, "description: x\n")
-    for epoch in (0, 1, 1):  # epoch 1 replayed: the later row replaces it
-        run.write_epoch({"run_id": "r1", "trial_id": "a", "epoch": epoch, "reported_at": time.time()})
-    run.record_start("a")
-    run.compact({"a"})
-    run.write_epoch({"run_id": "r1", "trial_id": "b", "epoch": 0, "reported_at": time.time()})
-    run.finish_trial({"sweep": "x", "run_id": "r1", "trial_id": "a", "status": "completed"}, run.trial_epochs("a"))
+    run = store.RunStore.create(results, meta, spec_text)
+    run.write_epoch({**a, "images_per_sec": 1.0})
+    run.write_epoch(a)  # epoch 0 replayed: the later row replaces it
+    run.record_start(a["trial_id"])
+    run.compact({a["trial_id"]})
+    run.write_epoch(b)
+    run.finish_trial(summary_a, run.trial_epochs(a["trial_id"]))
     again = store.RunStore(location.at(str(run.dir)))  # as a trial process opens it, from text
-    assert again.meta == meta and again.attempts("a") == 1
-    assert sorted(zip(again.epochs().trial_id, again.epochs().epoch)) == [("a", 0), ("a", 1), ("b", 0)]
-    assert again.finished() == {"a": "completed"}
-    assert [p.name for p in store.run_dirs(results, "x")] == ["r1"]
-    assert len(store.read_runs(s3_uri, "x")) == 3
+    assert again.meta == meta and again.spec_text == spec_text and again.attempts(a["trial_id"]) == 1
+    epochs = again.epochs()
+    assert sorted(zip(epochs.trial_id, epochs.epoch)) == sorted([(a["trial_id"], 0), (b["trial_id"], 0)])
+    assert epochs.set_index("trial_id").loc[a["trial_id"], "images_per_sec"] == a["images_per_sec"]
+    assert again.finished() == {a["trial_id"]: "completed"}
+    assert [p.name for p in store.run_dirs(results, "tiny_mxnet")] == [meta.run_id]
+    assert len(store.read_runs(s3_uri, "tiny_mxnet")) == 2
 
 
 def test_a_uri_pyarrow_cannot_open_is_one_line_and_exit_2(tmp_path: Path) -> None:

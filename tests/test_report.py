@@ -45,6 +45,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         data_dir = str(data) if key != "fallback" else str(tmp / "no-data")
         out = run_cli(str(SWEEPS / sweep), "--results", str(results), "--data-dir", data_dir, *extra, timeout=900)
         assert out.returncode in (0, 1), out.stdout[-3000:] + out.stderr[-3000:]  # 1: some trials failed, on purpose
+        if key == "a":  # failed trials, and TUNE_PRINT_ALL_TRIAL_ERRORS unset: our one line each, not Tune's traceback
+            assert "Trial task failed for trial" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
         name = "report_fallback" if key == "fallback" else "report_mix"
         made[key] = store.run_dirs(results, name)[-1]
     made["results"] = results

@@ -11,7 +11,7 @@ from typing import Callable
 
 import pandas as pd
 import pytest
-from conftest import ROOT, SWEEPS, run_cli
+from conftest import ROOT, SWEEPS, TINY, EngineRuns, copy_run, run_cli
 
 from sweep import spec, store
 from sweep.errors import StoreError
@@ -86,13 +86,14 @@ def test_interrupted_sweep_resumes_with_every_row_exactly_once(signals: tuple[in
     for point, sig in zip(kill_points, signals):
         out = interrupt_when(proc, results, point, sig)
         ended = finished(results)
-        # Tiny trials: the last one may end between the kill point and the signal, which then finds the driver
-        # in its teardown or gone. Nothing is left to resume; the final check still asks for a real interruption.
         complete = len(ended) == total
         if sig != signal.SIGKILL:  # an orderly stop, and the code a shell gives the signal
+            # Sent before the first trial ends and with half the trials still to run: checked every time.
             name = signal.Signals(sig).name
-            assert complete or (f"interrupted ({name})" in out and "resume with" in out), out[-2000:]
-            assert complete or proc.returncode == 128 + sig, (proc.returncode, out[-2000:])
+            assert not complete, f"{name} came after every trial ended: the kill points are too late"
+            assert f"interrupted ({name})" in out and "resume with" in out, out[-2000:]
+            assert proc.returncode == 128 + sig, (proc.returncode, out[-2000:])
+        # Tiny trials: after a SIGKILL near the end, the last one may have ended first; nothing is left to resume.
         status = run_cli("status", SWEEP, "--results", str(results), timeout=60)
         assert status.returncode == 0 and ("--resume" in status.stdout) != complete, status.stdout + status.stderr
         now = starts(results)
@@ -144,46 +145,45 @@ def test_resume_refuses_an_edited_sweep_and_options_that_need_it(tmp_path: Path)
     assert out.returncode == 2 and "--resume" in out.stderr
 
 
-def test_corrupt_parquet_in_a_run_is_named_and_loses_nothing(tmp_path: Path) -> None:
+def test_corrupt_parquet_in_a_run_is_named_and_loses_nothing(engine_runs: EngineRuns, tmp_path: Path) -> None:
+    """An engine-made run, with a file that is not Parquet put among its epoch files."""
     results = tmp_path / "results"
-    run = store.RunStore.create(results, store.RunMeta("tiny_mxnet", "r1", "smoke", "x.yaml", "", None, True, ["a", "b"]),
-                                "description: x\n")
-    row = {"sweep": "tiny_mxnet", "run_id": "r1", "trial_id": "a", "epoch": 0, "images_per_sec": 5.0}
-    run.write_epoch(row)
-    before = (run.epochs_dir / "a.parquet").read_bytes()
+    run = store.RunStore(copy_run(engine_runs, 1, results))
+    (part,) = list(run.epochs_dir.iterdir())  # the engine compacted the finished run into one part file
+    before = part.read_bytes()
+    rows = pd.read_parquet(part)
     (run.epochs_dir / "zz.parquet").write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(StoreError, match=r"zz\.parquet"):
         run.epochs()
-    out = run_cli("status", str(SWEEPS / "tiny_mxnet.yaml"), "--results", str(results), timeout=60)
+    out = run_cli("status", TINY, "--results", str(results), timeout=60)
     assert out.returncode == 2 and "zz.parquet" in out.stderr and len(out.stderr.strip().splitlines()) == 1
-    assert (run.epochs_dir / "a.parquet").read_bytes() == before
-    assert pd.read_parquet(run.epochs_dir / "a.parquet").images_per_sec.tolist() == [5.0]
+    assert part.read_bytes() == before
+    pd.testing.assert_frame_equal(pd.read_parquet(part), rows)
 
 
-def test_compaction_keeps_every_row_once_and_a_replay_still_replaces(tmp_path: Path) -> None:
-    run = store.RunStore.create(tmp_path, store.RunMeta("s", "r", "smoke", "s.yaml", "", None, True, ["a", "b", "c"]),
-                                "description: x\n")
-    clock = iter(range(100))
-    for trial, epochs in (("a", 3), ("b", 2), ("c", 2)):
-        for epoch in range(epochs):
-            run.write_epoch({"run_id": "r", "trial_id": trial, "epoch": epoch, "images_per_sec": 1.0,
-                             "reported_at": float(next(clock))})
-    run.write_epoch({"run_id": "r", "trial_id": "a", "epoch": 1, "images_per_sec": 2.0, "reported_at": float(next(clock))})
-    run.compact({"a", "b"})  # c is still running: its file stays its own
+def test_compaction_keeps_every_row_once_and_a_replay_still_replaces(engine_runs: EngineRuns, tmp_path: Path) -> None:
+    """The engine's finished run (its two trials' rows in one part file), then a trial retried after it: an
+    epoch replayed and a next epoch, written as a trial writes them (edited copies of the engine's rows)."""
+    run = store.RunStore(copy_run(engine_runs, 1, tmp_path))
+    a, b = sorted((row for tid in run.meta.trials for row in run.trial_epochs(tid)), key=lambda r: r["num_gpus"])
+    replay = {**a, "images_per_sec": a["images_per_sec"] + 1000, "reported_at": a["reported_at"] + 100, "attempt": 2}
+    run.write_epoch(replay)  # epoch 0 of a again: the newer row wins everywhere it is read
+    rows = run.epochs().set_index(["trial_id", "epoch"])
+    assert len(rows) == 2 and rows.loc[(a["trial_id"], 0), "images_per_sec"] == replay["images_per_sec"]
+    assert [r["images_per_sec"] for r in run.trial_epochs(a["trial_id"])] == [replay["images_per_sec"]]
+    later = {**b, "epoch": 1, "reported_at": b["reported_at"] + 100}
+    run.write_epoch(later)  # b is running again: its file stays its own
+    run.compact({a["trial_id"]})
     names = sorted(p.name for p in run.epochs_dir.iterdir())
-    assert len(names) == 2 and names[0] == "c.parquet" and names[1].startswith("part-")
-    plain = pd.read_parquet(run.epochs_dir)  # the documented one-liner: each row once
-    assert len(plain) == 7 and not plain.duplicated(["trial_id", "epoch"]).any()
-    assert plain.set_index(["trial_id", "epoch"]).loc[("a", 1), "images_per_sec"] == 2.0
-    # A trial retried after compaction replays an epoch: the newer row wins everywhere it is read.
-    fresh = store.RunStore(run.dir)
-    fresh.write_epoch({"run_id": "r", "trial_id": "b", "epoch": 1, "images_per_sec": 3.0, "reported_at": 1000.0})
-    rows = fresh.epochs().set_index(["trial_id", "epoch"])
-    assert len(rows) == 7 and rows.loc[("b", 1), "images_per_sec"] == 3.0
-    assert [r["images_per_sec"] for r in fresh.trial_epochs("b")] == [1.0, 3.0]
-    fresh.compact({"a", "b", "c"})
+    assert len(names) == 2 and names[0] == f"{b['trial_id']}.parquet" and names[1].startswith("part-")
+    rows = run.epochs()  # the store's reader: each row once, the newest
+    assert len(rows) == 3 and not rows.duplicated(["trial_id", "epoch"]).any()
+    assert rows.set_index(["trial_id", "epoch"]).loc[(a["trial_id"], 0), "images_per_sec"] == replay["images_per_sec"]
+    run.compact({a["trial_id"], b["trial_id"]})  # the run finished again
     assert len(list(run.epochs_dir.iterdir())) == 1
-    assert len(pd.read_parquet(run.epochs_dir)) == 7
+    plain = pd.read_parquet(run.epochs_dir)  # the documented one-liner on a finished run: each row once
+    assert sorted(zip(plain.trial_id, plain.epoch)) == sorted([(a["trial_id"], 0), (b["trial_id"], 0), (b["trial_id"], 1)])
+    assert plain.set_index(["trial_id", "epoch"]).loc[(a["trial_id"], 0), "images_per_sec"] == replay["images_per_sec"]
 
 
 @pytest.mark.slow
@@ -213,11 +213,22 @@ fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, ba
         assert deleted.returncode == 2 and f"running (pid {proc.pid}) on this host" in deleted.stderr, deleted.stderr
         assert f"running (pid {proc.pid})" in run_cli("runs", "--results", str(results), timeout=60).stdout
         assert proc.poll() is None, "the refused resume stopped the running sweep"
-        proc.send_signal(signal.SIGTERM)
+        # Ctrl-C twice: the first starts the orderly stop (which ends with the `resume with` lines), the second,
+        # sent as soon as the first is acknowledged and so while the trial is being stopped, aborts at once
+        # without them. (Not at the same instant: two pending SIGINTs reach Python's handler as one.)
+        proc.send_signal(signal.SIGINT)
+        first = proc.stdout.readline()
+        while first and not first.startswith("interrupted (SIGINT)"):
+            first = proc.stdout.readline()
+        assert "Ctrl-C again aborts at once" in first, first
+        proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 143, out[-2000:]
+        assert proc.returncode == 130, out[-2000:]
+        assert "interrupted" in out.splitlines() and "resume with" not in out, out[-2000:]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what the aborted driver left, in its own session only
+        except ProcessLookupError:
+            pass
     status = run_cli("status", str(sweep), "--results", str(results), timeout=60)
     assert "running now" not in status.stdout and "--resume" in status.stdout, status.stdout  # its driver is gone

@@ -14,12 +14,30 @@ from sweep import spec, store
 OTHERS = ["keras_mxnet_vs_tf_resnet50", "keras_mxnet_vs_tf_inception_v3", "cifar10_conv_mgpu", "tf_cnn_benchmarks"]
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """One Ray for the four studies' runs (as `run` would start it here: one node, 4 emulated GPUs, the
+    machine's CPUs), joined with --address: each run saves starting and stopping a Ray of its own."""
+    import os
+
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": os.cpu_count(), "num_gpus": 4,
+                                                            "include_dashboard": False})
+    cluster.wait_for_nodes()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", OTHERS)
-def test_seed_sweep_smoke_scale_runs(name: str, tmp_path: Path) -> None:
+def test_seed_sweep_smoke_scale_runs(name: str, cluster, tmp_path: Path) -> None:
     data = write_cifar10(tmp_path / "data", train_per_file=40, test=64)
     results = tmp_path / "results"
-    out = run_cli(name, "--results", str(results), "--data-dir", str(data), timeout=900)
+    out = run_cli(name, "--address", cluster.address, "--scale", "smoke", "--results", str(results),
+                  "--data-dir", str(data), timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     folder = store.run_dirs(results, name)[-1]
     summary = pd.read_parquet(folder / "trials")

@@ -18,10 +18,11 @@ def axis(trials: list[TrialConfig], key: str) -> set:
 
 def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
     names = {s.name for s in spec.list_sweeps()}
+    seeds = Path(__file__).resolve().parents[2] / "shared" / "seeds"  # the studies sit beside the project
     assert {"resnet50_lr_scaling", "keras_mxnet_vs_tf_resnet50", "keras_mxnet_vs_tf_inception_v3",
             "cifar10_conv_mgpu", "tf_cnn_benchmarks"} <= names
     for sweep in spec.list_sweeps():
-        assert sweep.study and (Path(__file__).parents[2] / "shared" / "seeds" / sweep.study).name == sweep.study
+        assert sweep.study and (seeds / sweep.study).is_file(), f"{sweep.name}: no study document {sweep.study}"
         assert sweep.description.startswith("Study ")
         for scale in spec.SCALES:
             trials = sweep.trials(scale)

@@ -28,12 +28,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from cifar_files import write_cifar10
-from conftest import ROOT, SWEEPS
+from conftest import ROOT, SETS, SWEEPS, TINY, EngineRuns, copy_run
+from ray.tune.experiment import Trial
 
 from sweep import console, dashboard, spec
+from sweep import overrides
+from sweep.runner import RunPlan
 from sweep.schema import Status
+from sweep.store import RunStore
 from sweep.trial import TrialRuntime, labelled_trainable
 from trainables.config import TrialConfig
 
@@ -68,26 +73,26 @@ def screen(data: str) -> list[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
-class FakeStore:
-    """The two questions the view asks the store, answered for trials that ended in earlier sessions."""
-
-    def __init__(self, finished: dict[str, Status] | None = None) -> None:
-        self._finished = finished or {}
-
-    def finished(self) -> dict[str, Status]:
-        return dict(self._finished)
-
-    def gpu_hours(self) -> float:
-        return 0.5 * len(self._finished)
+@pytest.fixture
+def fresh_store(engine_runs: EngineRuns, tmp_path: Path) -> RunStore:
+    """An engine-made run with its rows taken out: a run as it is before any trial ended."""
+    folder = copy_run(engine_runs, 1, tmp_path)
+    for table in ("trials", "epochs"):
+        shutil.rmtree(folder / table)
+        (folder / table).mkdir()
+    return RunStore(folder)
 
 
-def plan_of(trials: list[Any], total: int | None = None, finished: dict[str, Status] | None = None) -> Any:
-    return SimpleNamespace(sweep=SimpleNamespace(name="watch_mxnet"), trials=trials, total=total or len(trials),
-                           store=FakeStore(finished), runtime=RUNTIME)
+def plan_of(trials: list[TrialConfig], run: RunStore, total: int | None = None, sweep: str = SWEEP,
+            runtime: TrialRuntime = RUNTIME) -> RunPlan:
+    """What the runner hands the view: the engine's own RunPlan over a real store."""
+    return RunPlan(sweep=spec.load(sweep), trials=trials, total=total or len(trials), store=run, runtime=runtime,
+                   max_concurrent=None, max_failures=0, session=1)
 
 
-def tune_trial(t: Any) -> Any:
-    return SimpleNamespace(config={"trial": t.to_dict(), "runtime": RUNTIME})
+def tune_trial(t: TrialConfig, runtime: TrialRuntime = RUNTIME) -> Trial:
+    """A Tune trial as Tune's callbacks get it (a stub: no trainable registered, nothing started)."""
+    return Trial("SweepTrial", config={"trial": t.to_dict(), "runtime": runtime}, stub=True)
 
 
 def result(epoch: int, images: float = 123.4, acc: float | None = 0.5) -> dict[str, Any]:
@@ -113,10 +118,10 @@ def test_the_job_carries_the_sweep_name() -> None:
     assert dashboard.init_options(None) == {}
 
 
-def test_plain_output_is_one_line_per_epoch_and_per_ended_trial() -> None:
+def test_plain_output_is_one_line_per_epoch_and_per_ended_trial(fresh_store: RunStore) -> None:
     lines: list[str] = []
     a, b = TRIALS
-    with console.SweepView(plan_of(TRIALS), lines.append, live=False) as view:
+    with console.SweepView(plan_of(TRIALS, fresh_store), lines.append, live=False) as view:
         view.on_trial_start(0, [], tune_trial(a))
         view.on_trial_start(0, [], tune_trial(b))
         view.on_trial_result(0, [], tune_trial(a), result(0))
@@ -136,12 +141,12 @@ def test_plain_output_is_one_line_per_epoch_and_per_ended_trial() -> None:
     assert view.progress.counts() == {"done": 1, "running": 0, "failed": 1, "pending": 0}
 
 
-def test_live_view_redraws_one_table_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_live_view_redraws_one_table_in_place(monkeypatch: pytest.MonkeyPatch, fresh_store: RunStore) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setenv("LINES", "40")
     out = io.StringIO()
     a, b = TRIALS
-    view = console.SweepView(plan_of(TRIALS, total=3), out=out, live=True)
+    view = console.SweepView(plan_of(TRIALS, fresh_store, total=3), out=out, live=True)
     with view:
         view.on_trial_start(0, [], tune_trial(a))
         view.on_trial_start(0, [], tune_trial(b))
@@ -162,7 +167,7 @@ def test_live_view_redraws_one_table_in_place(monkeypatch: pytest.MonkeyPatch) -
     assert shown[-1].startswith("[##########--------------------] 1/3 trials  0 running  0 failed  2 pending")
 
 
-def test_live_view_keeps_other_prints_above_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_live_view_keeps_other_prints_above_it(monkeypatch: pytest.MonkeyPatch, fresh_store: RunStore) -> None:
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -171,7 +176,7 @@ def test_live_view_keeps_other_prints_above_it(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(sys, "stdout", terminal)
     monkeypatch.delenv("SWEEP_PROGRESS", raising=False)
     monkeypatch.setenv("TERM", "xterm")
-    with console.SweepView(plan_of(TRIALS)) as view:
+    with console.SweepView(plan_of(TRIALS, fresh_store)) as view:
         view.on_trial_start(0, [], tune_trial(TRIALS[0]))
         print("interrupted: stopping the running trials", flush=True)
     assert sys.stdout is terminal
@@ -202,11 +207,22 @@ def test_eta_comes_from_measured_trial_durations() -> None:
     assert p.gpu_hours(now) == pytest.approx(0.5 + 1 + (2 * 5 + 1 * 2) / 3600)
 
 
-def test_a_resumed_run_counts_the_trials_of_its_earlier_sessions() -> None:
-    a, b = TRIALS
-    view = console.SweepView(plan_of([b], total=3, finished={a.trial_id: Status.COMPLETED, "zz": Status.OOM}), live=False)
-    assert view.progress.counts() == {"done": 1, "running": 0, "failed": 1, "pending": 1}
-    assert view.progress.gpu_hours(0) == pytest.approx(1.0)
+def test_a_resumed_run_counts_the_trials_of_its_earlier_sessions(engine_runs: EngineRuns, tmp_path: Path) -> None:
+    """The engine's first run (the 1-GPU trial completed, the 2-GPU one infeasible), resumed with --retry-failed:
+    this session runs the infeasible trial again; the completed one counts as done, with its GPU-hours."""
+    folder = copy_run(engine_runs, 0, tmp_path)
+    sweep = overrides.apply(spec.load(TINY), overrides.parse(SETS[1::2]))
+    ran, infeasible = sorted(sweep.trials("smoke"), key=lambda t: t.num_gpus)
+    rows = pq.read_table(folder / "trials").to_pylist()  # the rows the engine wrote, read without the store
+    assert {r["trial_id"]: r["status"] for r in rows} == {ran.trial_id: "completed", infeasible.trial_id: "infeasible"}
+    runtime = TrialRuntime(run_dir=str(folder), data_dir=None, emulated=True,
+                           columns={"sweep": "tiny_mxnet", "run_id": engine_runs.run_ids[0]},
+                           label_axes=spec.label_axes(sweep.trials("smoke")))
+    view = console.SweepView(RunPlan(sweep=sweep, trials=[infeasible], total=2, store=RunStore(folder), runtime=runtime,
+                                     max_concurrent=None, max_failures=0, session=2), live=False)
+    assert view.progress.counts() == {"done": 1, "running": 0, "failed": 0, "pending": 1}
+    held = sum(r["gpu_hours"] or 0 for r in rows)
+    assert held > 0 and view.progress.gpu_hours(0) == pytest.approx(held)
 
 
 # --- a real sweep, watched from outside ---------------------------------------------------------------------
@@ -346,16 +362,42 @@ def browse(dashboard: str, token: str, page: str, wanted: list[str], png: Path, 
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def this_hosts_address() -> str:
+    """A non-loopback IPv4 address of this machine (the one a route out would use)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.123", 9))  # UDP: no packet is sent, the kernel only picks the interface
+        address = s.getsockname()[0]
+    if address.startswith("127."):
+        pytest.fail("this machine has no non-loopback IPv4 address to test --dashboard-host with")
+    return address
+
+
+def refused(host: str, port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
 @pytest.mark.slow
 def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(tmp_path: Path) -> None:
+    """Run with --dashboard-host set to this machine's own address: the dashboard listens there, not on
+    127.0.0.1 (where it listens without the option)."""
     data = write_cifar10(tmp_path / "data")
+    host = this_hosts_address()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     for key in ("RAY_ADDRESS", "SWEEP_PROGRESS"):
         env.pop(key, None)
     labels = {t.trial_id: f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.batch_per_gpu} "
                           f"lr=0.05" for t in TRIALS}
     proc = subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(tmp_path / "results"),
-                             "--data-dir", str(data)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             "--data-dir", str(data), "--dashboard-host", host], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
                             text=True, env=env, start_new_session=True)
     out = Output(proc)
     try:
@@ -367,7 +409,9 @@ def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(
         dashboard = out.match(r"^Ray dashboard: (http://\S+) \(token auth on: .*~/\.ray/auth_token")
         assert dashboard, out.text
         dashboard = dashboard[1]
-        assert re.match(r"http://127\.0\.0\.1:\d+$", dashboard), dashboard  # embedded: bound to localhost
+        port = int(dashboard.rsplit(":", 1)[1])
+        assert dashboard == f"http://{host}:{port}", dashboard  # listening where it was asked to ...
+        assert refused("127.0.0.1", port)  # ... and only there
         token = ray_token()
         assert token not in out.text  # where the token is, never the token
 
