@@ -24,6 +24,19 @@ def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
                           timeout=timeout, env=full_env)
 
 
+@pytest.fixture(autouse=True)
+def _gpus_visible_as_before():
+    """A test that runs a trial's loop in this process (Devices.of with emulated GPUs) hides the GPUs from
+    it, as a trial's process must; the tests after it start Ray here with fake GPUs, which Ray refuses
+    while CUDA_VISIBLE_DEVICES names none. So each test leaves the variable as it found it."""
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    yield
+    if before is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     return tmp_path / "results"

@@ -111,7 +111,7 @@ def test_bad_env_option_through_the_cli_is_exit_2_and_writes_nothing(tmp_path: P
     path.write_text(GOOD)
     out = run_cli(str(path), "--env", "torch=/usr/bin/python3", "--results", str(tmp_path / "results"), timeout=120)
     assert out.returncode == 2 and out.stderr.strip() == "error: --env torch=/usr/bin/python3: unknown framework 'torch' " \
-        "(expected one of mxnet, tensorflow)", out.stderr
+        "(expected one of mxnet, tensorflow, pytorch)", out.stderr
     assert not (tmp_path / "results").exists()
 
 

@@ -313,7 +313,7 @@ def test_plan_emulate_gpus_shapes_the_embedded_ray_as_run_would(runs: EngineRuns
     one, two = (t.trial_id for t in _trials())
     narrow = cli(capsys, "plan", SWEEP, *SETS, "--emulate-gpus", "1", "--results", str(runs.results))
     assert narrow.returncode == 0, narrow.stderr
-    assert "1 node with 1 emulated GPUs and" in narrow.stdout and "node-1     1 " in narrow.stdout, narrow.stdout
+    assert "1 node with 1 emulated GPU and" in narrow.stdout and "node-1     1 " in narrow.stdout, narrow.stdout
     assert f"fits no node: {two} needs 2 GPUs" in narrow.stdout and f"fits no node: {one}" not in narrow.stdout
     wide = cli(capsys, "plan", SWEEP, *SETS, "--emulate-gpus", "3", "--results", str(runs.results))
     assert wide.returncode == 0 and "1 node with 3 emulated GPUs and" in wide.stdout, wide.stdout + wide.stderr

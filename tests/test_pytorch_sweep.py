@@ -127,7 +127,9 @@ include:
         assert len(first) == 2, first
         os.kill(first[1], signal.SIGKILL)
         killed_at = time.time()
-        wait_for(lambda: epochs_of(2) >= 1, proc=proc)
+        # Two epochs in: by then the first trial's processes (and any retry of it) have ended, so the
+        # TrialWorkers of the session are the second trial's ranks.
+        wait_for(lambda: epochs_of(2) >= 2, proc=proc)
         second = wait_for(lambda: session_workers(proc.pid, set(first)), proc=proc)
         assert len(second) == 2, second
         os.kill(second[1], signal.SIGSTOP)

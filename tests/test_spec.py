@@ -19,6 +19,8 @@ def axis(trials: list[TrialConfig], key: str) -> set:
 def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
     names = {s.name for s in spec.list_sweeps()}
     seeds = Path(__file__).resolve().parents[2] / "shared" / "seeds"  # the studies sit beside the project
+    if not seeds.is_dir():  # a clone without the studies beside it (CI and the workplace have them)
+        pytest.skip(f"no study documents at {seeds}")
     assert {"resnet50_lr_scaling", "keras_mxnet_vs_tf_resnet50", "keras_mxnet_vs_tf_inception_v3",
             "cifar10_conv_mgpu", "tf_cnn_benchmarks"} <= names
     for sweep in spec.list_sweeps():
