@@ -4,7 +4,8 @@
 
 RANK and WORLD_SIZE (with torch's MASTER_ADDR, MASTER_PORT) come from the environment, as
 sweep/workers.py sets them; without them the process is a 1-GPU trial. Each step trains this rank's
-slice of the same global batch (fixed images, seed 7) at the next LR; every step's (loss sum, correct,
+slice of the same global batch (fixed images, seed 7; POISON_RANK_STEP=R:S makes rank R's NaN in
+step S) at the next LR; every step's (loss sum, correct,
 images) is printed as one JSON line; rank 0 then writes its weights and optimizer velocities to OUT.npz.
 """
 from __future__ import annotations
@@ -32,12 +33,20 @@ def main() -> None:
     y = rng.integers(0, 10, size=cfg.global_batch)
     local = cfg.global_batch // world
     part = slice(rank * local, (rank + 1) * local)
-    for lr in lrs:
-        print(json.dumps(backend.train_step(backend.put(x[part], y[part]), lr)), flush=True)
+    poisoned = os.environ.get("POISON_RANK_STEP")  # "RANK:STEP": that rank's images are NaN in that step
+    for step, lr in enumerate(lrs):
+        images = x[part].copy()
+        if poisoned == f"{rank}:{step}":
+            images[:] = np.nan
+        print(json.dumps(backend.train_step(backend.put(images, y[part]), lr)), flush=True)
     if rank == 0:
         velocity = [backend.opt.state[p]["velocity"].numpy() for p in backend.net.parameters() if p in backend.opt.state]
         weights = [p.detach().numpy() for p in backend.net.parameters()]
         np.savez(out, *weights, *velocity)
+    if world > 1:  # gloo's threads must stop before the interpreter does: left running, exit aborted at times
+        import torch.distributed as dist  # ("terminate called without an active exception", exit code -6)
+
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

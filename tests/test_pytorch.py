@@ -66,9 +66,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(config: dict, out: Path, lrs: list[float], world: int, timeout: float = 180) -> list[list[list]]:
+def run_ranks(config: dict, out: Path, lrs: list[float], world: int, timeout: float = 180,
+              poison: str | None = None) -> list[list[list]]:
     """tests/pytorch_ranks.py as `world` processes under one gloo process group; each rank's step results."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SWEEP_DDP_TIMEOUT_S": "30"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SWEEP_DDP_TIMEOUT_S": "30", "POISON_RANK_STEP": poison or ""}
     if world > 1:
         env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world)})
     command = [sys.executable, str(ROOT / "tests" / "pytorch_ranks.py"), json.dumps(config), str(out), *map(str, lrs)]
@@ -96,13 +97,14 @@ def test_two_ranks_train_as_one_process_on_their_global_batch(tmp_path: Path) ->
 
 
 def test_every_rank_sees_a_non_finite_loss_in_the_same_step(tmp_path: Path) -> None:
-    # An lr that blows the weights up: each rank must stop at the same step (a rank that stopped alone
-    # would leave the other waiting in the next all-reduce), so both processes end, both on a NaN.
+    # Rank 1's images turn NaN in step 1, rank 0's stay finite: each rank must stop at the same step (a
+    # rank that stopped alone would leave the other waiting in the next all-reduce), so both see a NaN
+    # loss in step 1, though rank 0's own loss there was finite.
     config = {"framework": "pytorch", "model": "cifar10_conv", "num_gpus": 2, "batch_per_gpu": 4, "epochs": 1,
-              "lr": 1e12, "momentum": 0.0}
-    steps = run_ranks(config, tmp_path / "w.npz", [1e12] * 4, 2)
+              "lr": 0.01}
+    steps = run_ranks(config, tmp_path / "w.npz", [0.01] * 3, 2, poison="1:1")
     first_bad = [next((i for i, s in enumerate(rank) if not np.isfinite(s[0])), None) for rank in steps]
-    assert first_bad[0] is not None and first_bad[0] == first_bad[1], steps
+    assert first_bad == [1, 1], steps
 
 
 def test_checkpoint_restores_weights_velocities_and_loss_scale(tmp_path: Path) -> None:
