@@ -112,8 +112,8 @@ def _error_of(trial: Any) -> TrialError:
     return trial_error(getattr(err, "cause", None) or err)
 
 
-# TensorFlow; Python; Ray's memory monitor and torch.cuda.OutOfMemoryError (both named OutOfMemoryError)
-OOM_TYPES = ("ResourceExhaustedError", "MemoryError", "OutOfMemoryError")
+# TensorFlow; Python; Ray's memory monitor and torch.cuda.OutOfMemoryError (both named OutOfMemoryError); the engine's emulated capacity (trainables/failure.py)
+OOM_TYPES = ("ResourceExhaustedError", "MemoryError", "OutOfMemoryError", "EmulatedOutOfMemoryError")
 # CUDA's and XLA's words (MXNet on a GPU: "cudaMalloc retry failed: out of memory"), MXNet's on the CPU
 # ("Failed to allocate CPU Memory").
 OOM_WORDS = ("out of memory", "failed to allocate")

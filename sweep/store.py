@@ -205,7 +205,7 @@ def _with_older_defaults(table: pa.Table) -> pa.Table:
     for name, value in ADDED_LATER.items():
         name = RENAMED.get(name, name)
         column = table.column(name)
-        if column.null_count:
+        if column.null_count and value is not None:
             table = table.set_column(table.schema.get_field_index(name), name, pa.compute.fill_null(column, value))
     return table
 

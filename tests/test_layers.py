@@ -8,7 +8,8 @@ from its own layer or those below it, never above:
   commands       sweep.launch (run), sweep.runs (status), sweep.plan (plan), sweep.manage (runs, rm), sweep.report.* (report),
                  sweep.venvs (env)
   driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.estimates,
-                 sweep.spec, sweep.settings, sweep.overrides, sweep.datasets, sweep.download, sweep.checks, sweep.gcs
+                 sweep.spec, sweep.settings, sweep.overrides, sweep.datasets, sweep.download, sweep.checks, sweep.gcs,
+                 sweep.batch_search
   trial process  sweep.trial, sweep.workers
   store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.terminal, sweep.environments,
                  sweep.limits, sweep.version
@@ -32,7 +33,8 @@ LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
     ("commands", {"sweep.launch", "sweep.runs", "sweep.plan", "sweep.manage", "sweep.report", "sweep.venvs"}),
     ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.estimates",
-                "sweep.spec", "sweep.settings", "sweep.overrides", "sweep.datasets", "sweep.download", "sweep.checks", "sweep.gcs"}),
+                "sweep.spec", "sweep.settings", "sweep.overrides", "sweep.datasets", "sweep.download", "sweep.checks", "sweep.gcs",
+                "sweep.batch_search"}),
     ("trial process", {"sweep.trial", "sweep.workers"}),
     ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.terminal", "sweep.environments",
                "sweep.limits", "sweep.version"}),

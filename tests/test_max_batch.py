@@ -1,0 +1,99 @@
+"""`batch_per_gpu: max`: the search for the largest batch that fits (sweep/batch_search.py), its sweep-file and
+--set forms, and one run end to end through `python -m sweep` on emulated devices with a memory capacity."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweep import overrides, spec
+from sweep.batch_search import FAILED, FIT, OOM, boundary, most_probes, next_probe, training_batch
+from sweep.errors import SpecError
+
+
+def probes(fits_up_to: int, lo: int, hi: int, step: int, fails_at: int | None = None) -> list[tuple[int, str]]:
+    """The probe sequence of a search where every batch up to `fits_up_to` fits (and `fails_at`, if given,
+    fails for another reason than memory)."""
+    outcomes: dict[int, str] = {}
+    sequence = []
+    while (batch := next_probe(outcomes, lo, hi, step)) is not None:
+        outcomes[batch] = FAILED if batch == fails_at else FIT if batch <= fits_up_to else OOM
+        sequence.append((batch, outcomes[batch]))
+    return sequence
+
+
+def test_doubling_then_bisection_down_to_the_step() -> None:
+    assert probes(200, 8, 4096, 8) == [(8, FIT), (16, FIT), (32, FIT), (64, FIT), (128, FIT), (256, OOM),
+                                       (192, FIT), (224, OOM), (208, OOM), (200, FIT)]
+    found = boundary(dict(probes(200, 8, 4096, 8)), 8, 4096, 8)
+    assert (found.state, found.fit, found.fail, found.probes) == ("found", 200, 208, 10)
+
+
+def test_everything_fits_up_to_hi() -> None:
+    assert probes(10**6, 8, 100, 8) == [(8, FIT), (16, FIT), (32, FIT), (64, FIT), (100, FIT)]
+    assert boundary(dict(probes(10**6, 8, 100, 8)), 8, 100, 8).state == "all fit"
+
+
+def test_nothing_fits_at_lo() -> None:
+    assert probes(4, 8, 100, 8) == [(8, OOM)]
+    found = boundary({8: OOM}, 8, 100, 8)
+    assert (found.state, found.fit, found.fail) == ("none fit", None, 8)
+
+
+def test_a_failure_that_is_not_memory_stops_the_search_and_is_no_boundary() -> None:
+    assert probes(200, 8, 4096, 8, fails_at=64) == [(8, FIT), (16, FIT), (32, FIT), (64, FAILED)]
+    found = boundary(dict(probes(200, 8, 4096, 8, fails_at=64)), 8, 4096, 8)
+    assert (found.state, found.fit, found.fail) == ("failed", 32, None)
+
+
+def test_a_boundary_within_one_step_of_the_first_failure_ends_the_bisection() -> None:
+    assert probes(36, 16, 64, 16) == [(16, FIT), (32, FIT), (64, OOM), (48, OOM)]  # 32 and 48: one step apart
+    assert probes(15, 8, 64, 8) == [(8, FIT), (16, OOM)]
+
+
+def test_the_probe_bound_is_the_worst_search() -> None:
+    assert most_probes(8, 64, 8) == max(len(probes(b, 8, 64, 8)) for b in range(7, 65)) == 6
+    assert most_probes(8, 4096, 8) == 18  # 10 doublings, then 2048 bisected down to 8
+    assert most_probes(32, 32, 8) == 1
+
+
+def test_training_batch_is_the_boundary_times_the_margin_rounded_down_to_the_step() -> None:
+    assert training_batch(200, 1.0, 8) == 200
+    assert training_batch(200, 0.9, 8) == 176  # 180 rounded down
+    assert training_batch(20, 1.0, 8) == 16
+    assert training_batch(5, 0.5, 8) == 5  # never below one step, nor above the boundary
+
+
+SEARCH = """name: mb
+description: a search
+fixed: {framework: mxnet, num_gpus: 1, epochs: 0, lr: 0.05, batch_per_gpu: max, max_batch_range: [8, 64], image_size: 16}
+grid: {model: [resnet8_cifar, resnet20_cifar]}
+"""
+
+
+def test_batch_max_in_a_sweep_file_gives_one_search_per_configuration(tmp_path: Path) -> None:
+    path = tmp_path / "mb.yaml"
+    path.write_text(SEARCH)
+    sweep = spec.load(str(path))
+    assert sweep.trials("smoke") == []
+    searches = sweep.searches("smoke")
+    assert [(s.values["model"], s.lo, s.hi, s.step) for s in searches] == [("resnet8_cifar", 8, 64, 8),
+                                                                           ("resnet20_cifar", 8, 64, 8)]
+    probe = searches[0].probe(16, capacity_mib=512)
+    assert (probe.batch_per_gpu, probe.epochs, probe.steps_per_epoch, probe.data) == (16, 1, 4, "synthetic")
+    assert probe.max_batch_probe == searches[0].config_id and probe.memory_capacity_mib == 512
+    assert searches[0].probe(16).trial_id != probe.trial_id  # another capacity is another probe
+    assert searches[0].training(64) is None  # epochs 0: the search alone
+
+
+def test_batch_max_by_set_and_its_settings(tmp_path: Path) -> None:
+    path = tmp_path / "mb.yaml"
+    path.write_text(SEARCH.replace("epochs: 0, ", "epochs: 2, ").replace("batch_per_gpu: max, ", "batch_per_gpu: 8, "))
+    sweep = overrides.apply(spec.load(str(path)), overrides.parse(
+        ["batch_per_gpu=max", "max_batch_range=[16,128]", "max_batch_step=16", "max_batch_margin=0.5"]))
+    assert overrides.trials(sweep, "smoke") == []
+    search = sweep.searches("smoke")[0]
+    assert (search.lo, search.hi, search.step, search.margin) == (16, 128, 16, 0.5)
+    assert search.training(100).batch_per_gpu == 48 and search.training(100).epochs == 2
+    with pytest.raises(SpecError, match="max_batch_step: expected at most the range's hi"):
+        overrides.trials(overrides.apply(sweep, {**sweep.overrides, "max_batch_step": 256}), "smoke")
