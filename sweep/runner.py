@@ -50,6 +50,7 @@ class RunPlan:
     max_concurrent: int | None
     max_failures: int  # retries of a trial whose worker or node was lost (Tune's FailureConfig)
     session: int  # 1 for the first session of the run, 2 for its first resume, ...
+    round: int = 0  # a largest-batch search's round in this session (sweep/max_batch.py); 0: the session's one Tune run
 
 
 class Interrupt(tune.Stopper):
@@ -227,7 +228,7 @@ def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> int | None:
                 trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_of(t.config).trial_id}",
                 trial_dirname_creator=lambda t: trial_of(t.config).trial_id),
             run_config=tune.RunConfig(
-                name=f"tune-{plan.session}", **location.tune_storage(plan.store.dir), callbacks=[callback, view], verbose=0,
+                name=f"tune-{plan.session}" + (f"-{plan.round}" if plan.round > 1 else ""), **location.tune_storage(plan.store.dir), callbacks=[callback, view], verbose=0,
                 stop=interrupt,  # a Stopper: stop_all() turns true on Ctrl-C or SIGTERM
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 failure_config=tune.FailureConfig(max_failures=plan.max_failures)),

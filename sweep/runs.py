@@ -33,7 +33,8 @@ class RunState:
 
     @property
     def unfinished(self) -> bool:
-        return bool(self.pending(retry_failed=False))
+        """Trials without a summary row, or largest-batch searches not ended (their next probes are not listed yet)."""
+        return bool(self.pending(retry_failed=False)) or self.meta.searches_done is False
 
     @property
     def driver(self) -> int | None:
