@@ -77,18 +77,21 @@ def boundary(outcomes: dict[int, str], lo: int, hi: int, step: int) -> Boundary:
     return Boundary(state, fit, fail, len(outcomes))
 
 
-def probes_until_done(largest_fitting: int, lo: int, hi: int, step: int) -> int:
-    """How many probes the search takes where every batch up to `largest_fitting` fits and none above it."""
-    outcomes: dict[int, str] = {}
-    while (batch := next_probe(outcomes, lo, hi, step)) is not None:
-        outcomes[batch] = FIT if batch <= largest_fitting else OOM
-    return len(outcomes)
+def worst_probes(lo: int, hi: int, step: int) -> list[int]:
+    """The batches of the longest search (what `plan` budgets): the search run against every boundary from
+    "none fits" to "all fit" (a few thousand at most), the one that takes the most probes (the largest batches
+    among equals)."""
+    def sequence(largest_fitting: int) -> list[int]:
+        outcomes: dict[int, str] = {}
+        while (batch := next_probe(outcomes, lo, hi, step)) is not None:
+            outcomes[batch] = FIT if batch <= largest_fitting else OOM
+        return list(outcomes)
+    return max((sequence(b) for b in range(lo - 1, hi + 1)), key=lambda s: (len(s), sum(s)))
 
 
 def most_probes(lo: int, hi: int, step: int) -> int:
-    """The most probes a search can take (what `plan` budgets): its probe count at the worst boundary, found by
-    running the search against every boundary from "none fits" to "all fit" (a few thousand at most)."""
-    return max(probes_until_done(b, lo, hi, step) for b in range(lo - 1, hi + 1))
+    """The most probes a search can take."""
+    return len(worst_probes(lo, hi, step))
 
 
 def training_batch(fit: int, margin: float, step: int) -> int:

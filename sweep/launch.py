@@ -377,7 +377,8 @@ def _plan(launch: Launch, trials: list[TrialConfig], target: Target,
     """The plan of this session's trials on the cluster Ray reports, printed: it heads the run's output."""
     results = launch.results
     plan, ordered = build(launch.sweep, launch.scale, trials, target, estimates.history(results),
-                          last_run(results, launch.sweep.name, target.hardware), max_concurrent, launch.environments)
+                          last_run(results, launch.sweep.name, target.hardware), max_concurrent, launch.environments,
+                          launch.searches, launch.capacity_mib)
     for line in plan.lines():
         print(line)
     return plan, ordered

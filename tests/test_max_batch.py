@@ -97,3 +97,53 @@ def test_batch_max_by_set_and_its_settings(tmp_path: Path) -> None:
     assert search.training(100).batch_per_gpu == 48 and search.training(100).epochs == 2
     with pytest.raises(SpecError, match="max_batch_step: expected at most the range's hi"):
         overrides.trials(overrides.apply(sweep, {**sweep.overrides, "max_batch_step": 256}), "smoke")
+
+
+@pytest.mark.slow
+def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_repeating_a_probe(tmp_path: Path) -> None:
+    """Through `python -m sweep`, real Ray, real MXNet steps: interrupted after its first probe, resumed, reported."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pandas as pd
+    from conftest import ROOT, SWEEPS, run_cli
+
+    from sweep import store
+
+    sweep, results = str(SWEEPS / "max_batch.yaml"), tmp_path / "results"
+    options = ("--results", str(results), "--emulate-gpu-memory", "100MiB")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    first = subprocess.Popen([sys.executable, "-m", "sweep", sweep, *options], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env={**env, "PYTHONUNBUFFERED": "1"})
+    deadline = time.time() + 240
+    while not (runs := store.run_dirs(results, "max_batch")) or not (runs[-1] / "trials").is_dir() \
+            or not list((runs[-1] / "trials").glob("*.parquet")):  # the first probe's summary row
+        assert first.poll() is None and time.time() < deadline, first.communicate()[0][-3000:]
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 130, out[-3000:]
+    run = store.RunStore(runs[-1])
+    before = set(run.trials().trial_id)
+    assert run.meta.searches_done is False and "resume with:" in out
+
+    resumed = run_cli(sweep, "--resume", *options, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    trials = run.trials().set_index("batch_per_gpu").sort_index()
+    assert list(trials.index) == [16, 32, 64] and run.meta.searches_done is True
+    assert all(run.attempts(tid) == 1 for tid in before)  # a probe that had ended was not run again
+    assert list(trials.status) == ["completed", "completed", "oom"]
+    assert trials.loc[64, "error_type"] == "EmulatedOutOfMemoryError" and "out of memory" in trials.loc[64, "error"]
+    assert (trials.memory_capacity_mib == 100).all() and (trials.device_kind == "cpu-emulated").all()
+    assert trials.loc[32, "emulated_device_mem_mib"] <= 100 < trials.loc[64, "emulated_device_mem_mib"]
+    assert "1 probes out of memory (the searches' boundaries)" in resumed.stdout
+
+    report = run_cli("report", str(runs[-1]), timeout=120)
+    assert report.returncode == 0 and "Largest batch per GPU that fits" in report.stdout, report.stdout + report.stderr
+    table = pd.read_csv(runs[-1] / "report" / "max_batch.csv")
+    row = table.iloc[0]
+    assert (row["state"], row["max batch"], row["first oom"], row["probes"], row["emulated"]) == ("found", 32, 64, 3, True)
+    assert row["its MiB/device"] == pytest.approx(trials.loc[32, "emulated_device_mem_mib"], abs=0.1)
