@@ -113,10 +113,11 @@ def prepare(args: argparse.Namespace) -> Launch:
     real_gpus = 0 if address else environment.real_gpu_count()
     emulated: bool | None = None if address else (bool(args.emulate_gpus) or real_gpus == 0)
     scale = resumed.meta.scale if resumed else args.scale or ("smoke" if emulated else "full")
+    given = overrides.trials(sweep, scale)  # first: a problem the --set values made is named after them
     searches = sweep.searches(scale)
     capacity = _capacity(args, emulated, resumed)
     # Every trial under the devices' capacity, and each search's first probe: what the checks below see.
-    all_trials = [replace(t, memory_capacity_mib=capacity) for t in overrides.trials(sweep, scale)]
+    all_trials = [replace(t, memory_capacity_mib=capacity) for t in given]
     all_trials += [s.probe(s.lo, capacity) for s in searches]
     pending = set(resumed.pending(args.retry_failed)) if resumed else None
     trials = [t for t in all_trials if pending is None or t.trial_id in pending]

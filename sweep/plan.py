@@ -456,8 +456,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     capacity = memory_size_mib(args.emulate_gpu_memory) if args.emulate_gpu_memory else None
     if capacity is not None and not emulated:
         raise UsageError("--emulate-gpu-memory applies to emulated GPUs: real GPUs have their own memory")
+    given = overrides.trials(sweep, scale)  # first: a problem the --set values made is named after them
     searches = sweep.searches(scale)
-    trials = [dataclasses.replace(t, memory_capacity_mib=capacity) for t in overrides.trials(sweep, scale)]
+    trials = [dataclasses.replace(t, memory_capacity_mib=capacity) for t in given]
     trials += [s.probe(s.lo, capacity) for s in searches]
     target = target or embedded_target(trials, args.emulate_gpus, bool(emulated))
     trials = with_host_cpus(trials, target)
