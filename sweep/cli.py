@@ -191,8 +191,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"with {overrides.options(sweep.overrides)}")
     for scale, trials in shown.items():
         print(f"\nscale {scale}: {len(trials)} trial{'' if len(trials) == 1 else 's'}")
-        for line in trial_table(trials):
+        for line in trial_table(trials) if trials else []:
             print("  " + line)
+        for search in sweep.searches(scale):  # batch_per_gpu: max (docs/max-batch.md)
+            first = search.probe(search.lo)
+            print(f"  largest-batch search {search.config_id}: {first.framework} {first.model} gpus={first.num_gpus}"
+                  f" precision={first.precision} image_size={first.image_size or 'default'}: batch {search.lo} to "
+                  f"{search.hi}, step {search.step}, at most {search.most_probes} probes"
+                  + (f"; then trains {search.values['epochs']} epochs at the boundary x {search.margin:g}"
+                     if search.values["epochs"] else "; the search alone (epochs 0)"))
     return 0
 
 

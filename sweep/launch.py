@@ -135,7 +135,9 @@ def prepare(args: argparse.Namespace) -> Launch:
                  else f"{limits.count(gpus_per_node, 'GPU')} in Ray")
         print(f"{why}: emulating {where}, each trial on as many CPU devices "
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
-    data_dir = _data_dir(args, sweep, trials, scale, resumed)
+    # The searches' training trials read the data the sweep names (their probes train on synthetic data).
+    training = [t for s in searches if (t := s.training(s.lo, capacity)) is not None]
+    data_dir = _data_dir(args, sweep, trials + training, scale, resumed)
     reach(results, args.results, write=True)  # after every other check, before Ray starts
     run_id = resumed.meta.run_id if resumed else store.new_run_id()
     return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node,

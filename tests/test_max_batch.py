@@ -101,7 +101,8 @@ def test_batch_max_by_set_and_its_settings(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_repeating_a_probe(tmp_path: Path) -> None:
-    """Through `python -m sweep`, real Ray, real MXNet steps: interrupted after its first probe, resumed, reported."""
+    """Through `python -m sweep`, real Ray, real MXNet steps: interrupted after its first probe, resumed, trained at
+    its boundary, reported."""
     import os
     import signal
     import subprocess
@@ -114,7 +115,8 @@ def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_rep
     from sweep import store
 
     sweep, results = str(SWEEPS / "max_batch.yaml"), tmp_path / "results"
-    options = ("--results", str(results), "--emulate-gpu-memory", "100MiB")
+    # Then it trains at its boundary: one epoch of two steps (epochs 0 would be the search alone).
+    options = ("--results", str(results), "--emulate-gpu-memory", "100MiB", "--set", "epochs=1", "--set", "steps_per_epoch=2")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     first = subprocess.Popen([sys.executable, "-m", "sweep", sweep, *options], cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, env={**env, "PYTHONUNBUFFERED": "1"})
@@ -132,7 +134,10 @@ def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_rep
 
     resumed = run_cli(sweep, "--resume", *options, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    trials = run.trials().set_index("batch_per_gpu").sort_index()
+    everything = run.trials()
+    training = everything[everything.max_batch_probe.isna()]
+    assert list(zip(training.batch_per_gpu, training.status, training.epochs)) == [(32, "completed", 1)]
+    trials = everything[everything.max_batch_probe.notna()].set_index("batch_per_gpu").sort_index()
     assert list(trials.index) == [32, 64] and run.meta.searches_done is True
     assert all(run.attempts(tid) == 1 for tid in before)  # a probe that had ended was not run again
     assert list(trials.status) == ["completed", "oom"]
@@ -146,4 +151,5 @@ def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_rep
     table = pd.read_csv(runs[-1] / "report" / "max_batch.csv")
     row = table.iloc[0]
     assert (row["state"], row["max batch"], row["first oom"], row["probes"], row["emulated"]) == ("found", 32, 64, 2, True)
+    assert (row["trains at"], row["training"]) == (32, "completed")
     assert row["its MiB/device"] == pytest.approx(trials.loc[32, "emulated_device_mem_mib"], abs=0.1)
