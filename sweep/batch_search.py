@@ -14,6 +14,7 @@ failed, never taken for a boundary. Driver-side and pure: no Ray, no framework.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -77,16 +78,30 @@ def boundary(outcomes: dict[int, str], lo: int, hi: int, step: int) -> Boundary:
     return Boundary(state, fit, fail, len(outcomes))
 
 
-def worst_probes(lo: int, hi: int, step: int) -> list[int]:
-    """The batches of the longest search (what `plan` budgets): the search run against every boundary from
-    "none fits" to "all fit" (a few thousand at most), the one that takes the most probes (the largest batches
-    among equals)."""
-    def sequence(largest_fitting: int) -> list[int]:
-        outcomes: dict[int, str] = {}
-        while (batch := next_probe(outcomes, lo, hi, step)) is not None:
-            outcomes[batch] = FIT if batch <= largest_fitting else OOM
-        return list(outcomes)
-    return max((sequence(b) for b in range(lo - 1, hi + 1)), key=lambda s: (len(s), sum(s)))
+def _longest(*sequences: tuple[int, ...]) -> tuple[int, ...]:
+    return max(sequences, key=lambda s: (len(s), sum(s)))  # the most probes; the largest batches among equals
+
+
+@functools.lru_cache(maxsize=64)
+def worst_probes(lo: int, hi: int, step: int) -> tuple[int, ...]:
+    """The batches of the longest search (what `plan` budgets), the largest batches among equals.
+
+    The doubling probes lo, 2 lo, ..., hi are each the first to run out of memory in turn (or none does);
+    from then on the bisection's probes depend on the last fit and the first failure alone, so the longest
+    bisection of each gap is found once per (fit, fail) pair: about (hi - lo) / step pairs at most."""
+    @functools.cache
+    def bisection(fit: int, fail: int) -> tuple[int, ...]:
+        middle = next_probe({lo: FIT, fit: FIT, fail: OOM}, lo, hi, step)
+        if middle is None:
+            return ()
+        return (middle, *_longest(bisection(middle, fail), bisection(fit, middle)))
+
+    doublings = [lo]
+    while doublings[-1] < hi:
+        doublings.append(min(2 * doublings[-1], hi))
+    every_fit = tuple(doublings)
+    first_oom = [(*doublings[:j + 1], *bisection(doublings[j - 1], doublings[j])) for j in range(1, len(doublings))]
+    return _longest((lo,), every_fit, *first_oom)
 
 
 def most_probes(lo: int, hi: int, step: int) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sweep import overrides, spec
-from sweep.batch_search import FAILED, FIT, OOM, boundary, most_probes, next_probe, training_batch
+from sweep.batch_search import FAILED, FIT, OOM, boundary, most_probes, next_probe, training_batch, worst_probes
 from sweep.errors import SpecError
 
 
@@ -51,10 +51,17 @@ def test_a_boundary_within_one_step_of_the_first_failure_ends_the_bisection() ->
     assert probes(15, 8, 64, 8) == [(8, FIT), (16, OOM)]
 
 
+@pytest.mark.parametrize("lo,hi,step", [(8, 64, 8), (8, 1000, 8), (3, 200, 8), (5, 77, 4), (10, 1000, 24), (1, 300, 1)])
+def test_the_worst_search_is_the_longest_over_every_boundary(lo: int, hi: int, step: int) -> None:
+    every = [tuple(b for b, _ in probes(boundary, lo, hi, step)) for boundary in range(lo - 1, hi + 1)]
+    assert worst_probes(lo, hi, step) == max(every, key=lambda s: (len(s), sum(s)))
+
+
 def test_the_probe_bound_is_the_worst_search() -> None:
     assert most_probes(8, 64, 8) == max(len(probes(b, 8, 64, 8)) for b in range(7, 65)) == 6
     assert most_probes(8, 4096, 8) == 18  # 10 doublings, then 2048 bisected down to 8
     assert most_probes(32, 32, 8) == 1
+    assert most_probes(1, 65536, 1) == 32  # the widest range the settings allow: computed at once
 
 
 def test_training_batch_is_the_boundary_times_the_margin_rounded_down_to_the_step() -> None:
