@@ -106,6 +106,23 @@ def test_batch_max_by_set_and_its_settings(tmp_path: Path) -> None:
         overrides.trials(overrides.apply(sweep, {**sweep.overrides, "max_batch_step": 256}), "smoke")
 
 
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """In this process: each refusal comes before Ray starts (milliseconds), and writes nothing."""
+    from sweep.cli import main
+
+    sweep, results = str(Path(__file__).parent / "sweeps" / "max_batch.yaml"), str(tmp_path / "results")
+    cases = [(["run", sweep, "--set", "batch_per_gpu=maxx"], "--set batch_per_gpu=maxx: expected an integer >= 1"),
+             (["run", sweep, "--set", "max_batch_range=[64,8]"], "--set max_batch_range=[64,8]: expected [lo, hi]"),
+             (["run", sweep, "--emulate-gpu-memory", "2 parsecs"], "--emulate-gpu-memory 2 parsecs: expected a size"),
+             (["plan", sweep, "--emulate-gpu-memory", "2 parsecs"], "--emulate-gpu-memory 2 parsecs: expected a size"),
+             (["run", sweep, "--set", "max_batch_step=128"], "max_batch_step: expected at most the range's hi (64)")]
+    for args, words in cases:
+        assert main([*args, "--results", results]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and words in err, (args, err)
+    assert not Path(results).exists()
+
+
 @pytest.mark.slow
 def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_repeating_a_probe(tmp_path: Path) -> None:
     """Through `python -m sweep`, real Ray, real MXNet steps: interrupted after its first probe, resumed, trained at
