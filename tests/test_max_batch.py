@@ -123,6 +123,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert not Path(results).exists()
 
 
+def test_plan_and_show_say_how_many_probes_a_search_may_take(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from sweep.cli import main
+
+    sweep = str(Path(__file__).parent / "sweeps" / "max_batch.yaml")
+    assert main(["plan", sweep, "--emulate-gpu-memory", "100MiB", "--set", "max_batch_range=[8,4096]",
+                 "--set", "max_batch_step=8", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "max batch search " in out and "mxnet resnet8_cifar gpus=1: at most 18 probes (batch 8 to 4096, step 8)" in out
+    assert main(["show", sweep, "--scale", "smoke"]) == 0
+    assert "batch 32 to 64, step 32, at most 2 probes; the search alone (epochs 0)" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_repeating_a_probe(tmp_path: Path) -> None:
     """Through `python -m sweep`, real Ray, real MXNet steps: interrupted after its first probe, resumed, trained at
