@@ -15,6 +15,7 @@ from typing import Any, Callable
 from sweep.batch_search import FAILED, FIT, OOM, Search, boundary, next_probe
 from sweep.errors import UsageError
 from sweep.schema import Status
+from trainables import zoo
 from trainables.config import TrialConfig
 
 SUMMARY_FILE = "max_batch.parquet"  # in the run's folder: one row per configuration (boundaries below)
@@ -102,7 +103,7 @@ def boundaries(searches: list[Search], rows: list[dict[str, Any]], capacity_mib:
         out.append({
             "config_id": search.config_id, "framework": values["framework"], "model": values["model"],
             "num_gpus": values["num_gpus"], "precision": values.get("precision", "tf32"),
-            "compile": values.get("compile", False), "image_size": fit["image_size"] if fit else values.get("image_size"),
+            "compile": values.get("compile", False), "image_size": values.get("image_size") or zoo.default_image_size(values["model"]),
             "state": found.state, "max_batch": found.fit, "max_batch_mem_mib": _memory(fit),
             "max_batch_images_per_sec": fit["steady_images_per_sec"] if fit else None,
             "first_oom_batch": found.fail, "probes": found.probes, "range_lo": search.lo, "range_hi": search.hi,
