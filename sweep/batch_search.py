@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,7 +29,6 @@ DEFAULTS: dict[str, Any] = {
     "max_batch_margin": 1.0,  # epochs > 0: train at boundary x margin, rounded down to a multiple of the step
     "max_batch_steps": 4,  # training steps of a probe (its first is warm-up: tracing, compiling, allocating)
 }
-SETTINGS = tuple(DEFAULTS)
 
 FIT, OOM, FAILED = "fit", "oom", "failed"  # a probe's outcome
 

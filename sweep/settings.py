@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from sweep import limits
+from sweep import batch_search, limits
 from trainables import zoo
 from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, RENAMED, VARIABLE_UPDATES, field_names
 
@@ -82,6 +82,7 @@ SEARCH_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "max_batch_margin": number(0, 1, lo_open=True),
     "max_batch_steps": integer(2, 1000),
 }
+assert set(SEARCH_CHECKS) == set(batch_search.DEFAULTS), "every setting of a search needs a check and a default"
 
 CHECKS: dict[str, Callable[[Any], str | None]] = {
     "framework": _choice(FRAMEWORKS),
