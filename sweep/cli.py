@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     plan.add_argument("--address", help="plan for this Ray cluster's nodes (default: $RAY_ADDRESS, else the embedded Ray run would start)")
     plan.add_argument("--emulate-gpus", type=int, metavar="N", help="as run's: the embedded Ray's fake GPUs")
+    plan.add_argument("--emulate-gpu-memory", metavar="SIZE", help="as run's: each emulated GPU's memory (2GiB)")
     plan.add_argument("--nodes", type=int, metavar="N", help="plan for a cluster of N nodes (with --gpus-per-node; no Ray needed)")
     plan.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs of each described node")
     plan.add_argument("--cpus-per-node", type=int, metavar="C", help="CPUs of each described node (default: not limited)")
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(as `data fetch cifar10` does)")
     run.add_argument("--emulate-gpus", type=int, metavar="N",
                      help="fake N GPUs in the embedded Ray, each trial training on as many CPU devices")
+    run.add_argument("--emulate-gpu-memory", metavar="SIZE",
+                     help="give each emulated GPU this much memory (2GiB, 512MiB): a trial that takes more per device "
+                          "fails as oom; batch_per_gpu: max finds the largest batch that fits it (docs/max-batch.md)")
     run.add_argument("--max-concurrent", type=int, metavar="N", help="at most N trials at once")
     run.add_argument("--dashboard-host", default="127.0.0.1", help="where the embedded Ray's dashboard listens")
     run.add_argument("--skip-infeasible", action="store_true",
@@ -187,8 +191,15 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"with {overrides.options(sweep.overrides)}")
     for scale, trials in shown.items():
         print(f"\nscale {scale}: {len(trials)} trial{'' if len(trials) == 1 else 's'}")
-        for line in trial_table(trials):
+        for line in trial_table(trials) if trials else []:
             print("  " + line)
+        for search in sweep.searches(scale):  # batch_per_gpu: max (docs/max-batch.md)
+            first = search.probe(search.lo)
+            print(f"  largest-batch search {search.config_id}: {first.framework} {first.model} gpus={first.num_gpus}"
+                  f" precision={first.precision} image_size={first.image_size or 'default'}: batch {search.lo} to "
+                  f"{search.hi}, step {search.step}, at most {search.most_probes} probes"
+                  + (f"; then trains {search.values['epochs']} epochs at the boundary x {search.margin:g}"
+                     if search.values["epochs"] else "; the search alone (epochs 0)"))
     return 0
 
 

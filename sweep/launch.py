@@ -15,11 +15,12 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sweep import environments, estimates, gcs, limits, overrides, spec, store
+from sweep import environments, estimates, gcs, limits, max_batch, overrides, spec, store
+from sweep.batch_search import Search
 from sweep.environments import Environment
 from sweep.errors import UsageError
 from sweep.location import Location
@@ -52,6 +53,8 @@ class Launch:
     gpus_per_node: int  # GPUs each of them gets: the real ones, or as many emulated
     environments: dict[str, Environment]  # framework -> where its trials run (sweep file, then --env)
     run_id: str  # the resumed run's, or the new run's (its folder is made only once every check passed)
+    searches: list[Search] = field(default_factory=list)  # batch_per_gpu: max, one per configuration (sweep/max_batch.py)
+    capacity_mib: float | None = None  # --emulate-gpu-memory: each emulated device's memory; None: not limited
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -110,9 +113,18 @@ def prepare(args: argparse.Namespace) -> Launch:
     real_gpus = 0 if address else environment.real_gpu_count()
     emulated: bool | None = None if address else (bool(args.emulate_gpus) or real_gpus == 0)
     scale = resumed.meta.scale if resumed else args.scale or ("smoke" if emulated else "full")
-    all_trials = overrides.trials(sweep, scale)
+    given = overrides.trials(sweep, scale)  # first: a problem the --set values made is named after them
+    searches = sweep.searches(scale)
+    capacity = _capacity(args, emulated, resumed)
+    # Every trial under the devices' capacity, and each search's first probe: what the checks below see.
+    all_trials = [replace(t, memory_capacity_mib=capacity) for t in given]
+    all_trials += [s.probe(s.lo, capacity) for s in searches]
     pending = set(resumed.pending(args.retry_failed)) if resumed else None
     trials = [t for t in all_trials if pending is None or t.trial_id in pending]
+    if resumed and searches:  # the searches' next round, as the store's rows say
+        listed = {t.trial_id for t in trials}
+        trials += [t for t in max_batch.next_trials(searches, RunStore(resumed.run_dir).trial_rows(), capacity)
+                   if t.trial_id not in listed]
     nodes, gpus_per_node = 1, real_gpus
     if emulated:
         check_emulation(all_trials)
@@ -123,11 +135,29 @@ def prepare(args: argparse.Namespace) -> Launch:
                  else f"{limits.count(gpus_per_node, 'GPU')} in Ray")
         print(f"{why}: emulating {where}, each trial on as many CPU devices "
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
-    data_dir = _data_dir(args, sweep, trials, scale, resumed)
+    # The searches' training trials read the data the sweep names (their probes train on synthetic data).
+    training = [t for s in searches if (t := s.training(s.lo, capacity)) is not None]
+    data_dir = _data_dir(args, sweep, trials + training, scale, resumed)
     reach(results, args.results, write=True)  # after every other check, before Ray starts
     run_id = resumed.meta.run_id if resumed else store.new_run_id()
     return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node,
-                  envs, run_id)
+                  envs, run_id, searches, capacity)
+
+
+def _capacity(args: argparse.Namespace, emulated: bool | None, resumed: RunState | None) -> float | None:
+    """--emulate-gpu-memory in MiB: a new run's, or the resumed run's (its probes' identities depend on it)."""
+    given = max_batch.memory_size_mib(args.emulate_gpu_memory) if args.emulate_gpu_memory else None
+    if resumed:
+        kept = resumed.meta.memory_capacity_mib
+        if given is not None and given != kept:
+            raise UsageError(f"run {resumed.meta.run_id} was started with "
+                             f"{f'--emulate-gpu-memory {kept:g}MiB' if kept else 'no --emulate-gpu-memory'}: "
+                             "resume it without the option, or start a new run")
+        return kept
+    if given is not None and not emulated:
+        raise UsageError("--emulate-gpu-memory applies to emulated GPUs (the embedded Ray without real GPUs, or "
+                         "with --emulate-gpus): real GPUs have their own memory")
+    return given
 
 
 def _check_emulated_precision(trials: list[TrialConfig]) -> None:
@@ -146,7 +176,7 @@ def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) ->
             raise UsageError(f"no unfinished run of {sweep.name} under {results}: nothing to resume")
     else:
         state = read_run(run_by_id(results, sweep.name, args.resume))
-        if not state.pending(args.retry_failed):
+        if not state.pending(args.retry_failed) and state.meta.searches_done is not False:
             raise UsageError(f"run {args.resume} of {sweep.name} is finished: nothing to resume"
                              + ("" if args.retry_failed else " (failed trials are retried with --retry-failed)"))
     if pid := state.driver:
@@ -249,7 +279,8 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
         meta = RunMeta(sweep=launch.sweep.name, run_id=launch.run_id, scale=launch.scale,
                        spec_path=str(launch.sweep.path), spec_sha256=store.sha256(launch.sweep.text),
                        data_dir=launch.data_dir, emulated=launch.emulated,
-                       trials=[t.trial_id for t in launch.all_trials], overrides=dict(launch.sweep.overrides))
+                       trials=[t.trial_id for t in launch.all_trials], overrides=dict(launch.sweep.overrides),
+                       memory_capacity_mib=launch.capacity_mib, searches_done=False if launch.searches else None)
         run = RunStore.create(launch.results, meta, launch.sweep.text)
         print(f"sweep {launch.sweep.name}: {limits.count(len(launch.trials), 'trial')} at scale {launch.scale}, run {meta.run_id}")
     meta.sessions.append(session)
@@ -301,19 +332,47 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
     plan = runner.RunPlan(sweep=launch.sweep, trials=trials, total=len(launch.all_trials), store=run,
                           runtime=runtime, max_concurrent=args.max_concurrent, max_failures=args.max_failures,
                           session=len(meta.sessions))
-    stopped_by = runner.run(plan) if trials else None
+    if launch.searches:
+        stopped_by = _search(launch, run, plan, target)
+    else:
+        stopped_by = runner.run(plan) if trials else None
     state = read_run(run.dir)
-    not_ok = [s for s in state.finished.values() if not s.done]
+    # A probe that ran out of memory is what a largest-batch search looks for: a result, not a failure.
+    bounds = {r["trial_id"] for r in run.trial_rows() if r.get("max_batch_probe") and r["status"] == Status.OOM}
+    not_ok = [s for tid, s in state.finished.items() if not s.done and tid not in bounds]
     pending = state.pending(False)
-    print(f"done: {len(state.finished) - len(not_ok)} completed, {len(not_ok)} failed, {len(pending)} not finished"
-          f"; results in {run.dir}")
+    print(f"done: {len(state.finished) - len(not_ok) - len(bounds)} completed, {len(not_ok)} failed, "
+          + (f"{len(bounds)} probes out of memory (the searches' boundaries), " if bounds else "")
+          + f"{len(pending)} not finished; results in {run.dir}")
     if comparison := estimates.compare(run.meta, run.trial_rows()):
         print(comparison.line())
-    if pending:
+    if state.unfinished:
         print("resume with: " + resume_command(args.sweep, meta.run_id, meta.overrides, args.results))
     if stopped_by:
         return 128 + stopped_by  # the shell's code for a signal: 130 after Ctrl-C, 143 after SIGTERM
-    return 1 if not_ok or pending else 0
+    return 1 if not_ok or state.unfinished else 0
+
+
+def _search(launch: Launch, run: RunStore, plan: Any, target: Target) -> int | None:
+    """The largest-batch searches round by round (the plan's trials join the first round); the boundaries
+    written and printed once every search has ended. The signal that stopped a round, if one did."""
+    from sweep import runner
+
+    def run_round(trials: list[TrialConfig], number: int) -> int | None:
+        meta = run.meta
+        meta.trials += [t.trial_id for t in trials if t.trial_id not in meta.trials]  # listed before they start
+        run.write_meta(meta)
+        return runner.run(replace(plan, trials=with_host_cpus(trials, target), total=len(meta.trials), round=number))
+
+    stopped = max_batch.run_rounds(launch.searches, plan.trials, launch.capacity_mib, run.trial_rows, run_round)
+    found = max_batch.boundaries(launch.searches, run.trial_rows(), launch.capacity_mib)
+    run.write_rows(max_batch.SUMMARY_FILE, found)
+    if not stopped:
+        meta = run.meta
+        meta.searches_done = True
+        run.write_meta(meta)
+    print(max_batch.frame(found).to_string(index=False))
+    return stopped
 
 
 def _plan(launch: Launch, trials: list[TrialConfig], target: Target,
@@ -321,7 +380,8 @@ def _plan(launch: Launch, trials: list[TrialConfig], target: Target,
     """The plan of this session's trials on the cluster Ray reports, printed: it heads the run's output."""
     results = launch.results
     plan, ordered = build(launch.sweep, launch.scale, trials, target, estimates.history(results),
-                          last_run(results, launch.sweep.name, target.hardware), max_concurrent, launch.environments)
+                          last_run(results, launch.sweep.name, target.hardware), max_concurrent, launch.environments,
+                          launch.searches, launch.capacity_mib)
     for line in plan.lines():
         print(line)
     return plan, ordered

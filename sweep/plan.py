@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from sweep import cluster as ray_cluster
 from sweep import environments, estimates, limits, overrides, packing, spec, store
+from sweep.batch_search import Search, worst_probes
 from sweep.cluster import Node
 from sweep.errors import UsageError
 from sweep.estimates import Comparison, Estimator, Hardware, History
@@ -67,6 +68,19 @@ class TrialPlan:
 
 
 @dataclass(frozen=True)
+class SearchPlan:
+    """A largest-batch search (batch_per_gpu: max): the most probes it can take, and what they would cost."""
+
+    config_id: str
+    label: str  # its first probe's settings, batch aside
+    lo: int
+    hi: int
+    step: int
+    most_probes: int  # its longest search: every doubling, then a bisection of the widest gap
+    seconds: float | None  # that search's probes' estimated wall time, Tune's start-up per round included; None: unknown
+
+
+@dataclass(frozen=True)
 class Plan:
     """What `plan` prints, as data (`--json`). Times in seconds; ranges are [low, high]."""
 
@@ -89,6 +103,7 @@ class Plan:
     last_run: Comparison | None  # the latest run's estimates against what its trials took
     notes: list[str] = dataclasses.field(default_factory=list)  # what the plan cannot show in its table
     environments: dict[str, str] = dataclasses.field(default_factory=dict)  # framework -> where its trials run
+    searches: list[SearchPlan] = dataclasses.field(default_factory=list)  # batch_per_gpu: max, one per configuration
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -120,6 +135,12 @@ class Plan:
             who = ids[0] if len(ids) == 1 else f"{len(ids)} trials ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
             out.append(f"fits no node: {who} {reason}")
         out += self.notes
+        out += [f"max batch search {s.config_id}: {s.label}: at most {s.most_probes} probes (batch {s.lo} to {s.hi}, "
+                f"step {s.step}), " + (f"about {_duration(s.seconds)} in all, one after the other" if s.seconds is not None
+                                       else "their time unknown (no earlier run on this hardware)")
+                for s in self.searches]
+        if self.searches:
+            out.append("the trials above are the searches' first probes; the makespan counts them only")
         out.append(self._totals())
         out += [f"{fw} trials run in {where}" for fw, where in self.environments.items()]
         out.append(self.history)
@@ -274,9 +295,11 @@ def with_host_cpus(trials: Sequence[TrialConfig], target: Target) -> list[TrialC
 
 def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, history: History,
           last_run: Comparison | None = None, max_concurrent: int | None = None,
-          envs: dict[str, environments.Environment] | None = None) -> tuple[Plan, list[TrialConfig]]:
+          envs: dict[str, environments.Environment] | None = None, searches: Sequence[Search] = (),
+          capacity_mib: float | None = None) -> tuple[Plan, list[TrialConfig]]:
     """The plan of these trials on the target, and the trials that fit in the order to hand them to Tune
-    (envs: each framework's environment, to say where its trials run)."""
+    (envs: each framework's environment, to say where its trials run; searches: batch_per_gpu: max, whose
+    first probes are among the trials)."""
     estimator = Estimator(history, target.hardware)
     guesses = {t.trial_id: estimator.guess(t) for t in trials}
     bad = ray_cluster.infeasible({t.trial_id: (t.cpus, t.gpus_per_node, t.nodes) for t in trials}, target.nodes)
@@ -301,8 +324,19 @@ def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, h
                 notes=_notes(trials, target),
                 environments={fw: environments.origin(fw, (envs or {}).get(fw))
                               for fw in dict.fromkeys(t.framework for t in trials)},
+                searches=[_search_plan(s, estimator, capacity_mib) for s in searches],
                 **_totals(ordered, guesses, estimator.gap, gpus, cpus, max_concurrent, timed and bool(ordered), makespan))
     return plan, ordered
+
+
+def _search_plan(search: Search, estimator: Estimator, capacity_mib: float | None) -> SearchPlan:
+    """Its longest search's probes, each estimated as any trial is, plus Tune's start-up per round."""
+    batches = worst_probes(search.lo, search.hi, search.step)
+    guesses = [estimator.guess(search.probe(b, capacity_mib)).seconds for b in batches]
+    seconds = None if None in guesses else sum(g + estimator.gap for g in guesses)
+    first = search.probe(search.lo, capacity_mib)
+    label = " ".join(p for p in first.label().split() if not p.startswith(("batch=", "lr=")))
+    return SearchPlan(search.config_id, label, search.lo, search.hi, search.step, len(batches), seconds)
 
 
 # GPUs of the Hopper architecture (sm_90), as their models' names say: no pip MXNet has kernels for them.
@@ -417,10 +451,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         emulated = bool(args.emulate_gpus) or environment.real_gpu_count() == 0
     scale = args.scale or ("smoke" if emulated else "full")  # as `run` chooses it
-    trials = overrides.trials(sweep, scale)
+    from sweep.max_batch import memory_size_mib
+
+    capacity = memory_size_mib(args.emulate_gpu_memory) if args.emulate_gpu_memory else None
+    if capacity is not None and not emulated:
+        raise UsageError("--emulate-gpu-memory applies to emulated GPUs: real GPUs have their own memory")
+    given = overrides.trials(sweep, scale)  # first: a problem the --set values made is named after them
+    searches = sweep.searches(scale)
+    trials = [dataclasses.replace(t, memory_capacity_mib=capacity) for t in given]
+    trials += [s.probe(s.lo, capacity) for s in searches]
     target = target or embedded_target(trials, args.emulate_gpus, bool(emulated))
     trials = with_host_cpus(trials, target)
     plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name, target.hardware),
-                    args.max_concurrent, environments.chosen(sweep.environments, []))
+                    args.max_concurrent, environments.chosen(sweep.environments, []), searches, capacity)
     print(plan.to_json() if args.json else "\n".join(plan.lines()))
     return 0

@@ -53,6 +53,7 @@ class RunPlan:
     max_concurrent: int | None
     max_failures: int  # retries of a trial whose worker or node was lost (Tune's FailureConfig)
     session: int  # 1 for the first session of the run, 2 for its first resume, ...
+    round: int = 0  # a largest-batch search's round in this session (sweep/max_batch.py); 0: the session's one Tune run
 
 
 class Interrupt(tune.Stopper):
@@ -115,8 +116,8 @@ def _error_of(trial: Any) -> TrialError:
     return trial_error(getattr(err, "cause", None) or err)
 
 
-# TensorFlow; Python; Ray's memory monitor and torch.cuda.OutOfMemoryError (both named OutOfMemoryError)
-OOM_TYPES = ("ResourceExhaustedError", "MemoryError", "OutOfMemoryError")
+# TensorFlow; Python; Ray's memory monitor and torch.cuda.OutOfMemoryError (both named OutOfMemoryError); the engine's emulated capacity (trainables/failure.py)
+OOM_TYPES = ("ResourceExhaustedError", "MemoryError", "OutOfMemoryError", "EmulatedOutOfMemoryError")
 # CUDA's and XLA's words (MXNet on a GPU: "cudaMalloc retry failed: out of memory"), MXNet's on the CPU
 # ("Failed to allocate CPU Memory").
 OOM_WORDS = ("out of memory", "failed to allocate")
@@ -230,7 +231,7 @@ def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> int | None:
                 trial_name_creator=lambda t: f"{plan.sweep.name}-{trial_of(t.config).trial_id}",
                 trial_dirname_creator=lambda t: trial_of(t.config).trial_id),
             run_config=tune.RunConfig(
-                name=f"tune-{plan.session}", **location.tune_storage(plan.store.dir), callbacks=[callback, view], verbose=0,
+                name=f"tune-{plan.session}" + (f"-{plan.round}" if plan.round > 1 else ""), **location.tune_storage(plan.store.dir), callbacks=[callback, view], verbose=0,
                 stop=interrupt,  # a Stopper: stop_all() turns true on Ctrl-C or SIGTERM
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 failure_config=tune.FailureConfig(max_failures=plan.max_failures)),

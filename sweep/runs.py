@@ -33,7 +33,8 @@ class RunState:
 
     @property
     def unfinished(self) -> bool:
-        return bool(self.pending(retry_failed=False))
+        """Trials without a summary row, or largest-batch searches not ended (their next probes are not listed yet)."""
+        return bool(self.pending(retry_failed=False)) or self.meta.searches_done is False
 
     @property
     def driver(self) -> int | None:
@@ -142,6 +143,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     meta = state.meta
     print(f"{name} run {meta.run_id} ({meta.scale} scale, {limits.count(len(meta.trials), 'trial')}): "
           + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    bounds = sum(1 for r in RunStore(run_dir).trial_rows() if r.get("max_batch_probe") and r["status"] == Status.OOM)
+    if bounds:  # batch_per_gpu: max (docs/max-batch.md)
+        print(f"of the failed, {limits.count(bounds, 'probe')} of largest-batch searches ran out of memory: "
+              "the searches' boundaries, not faults")
+    if meta.searches_done is False:
+        print("largest-batch searches not ended: the next round's probes are not listed yet")
     print(f"GPU-hours used: {RunStore(run_dir).gpu_hours():.4f}")
     if state.unfinished and (pid := state.driver):
         print(f"running now: driver pid {pid} on this host")

@@ -49,6 +49,7 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
     "steps_per_epoch": pa.int64(), "val_examples": pa.int64(), "warmup_steps": pa.int64(), "seed": pa.int64(),
     "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
     "variable_update": pa.string(), "precision": pa.string(), "compile": pa.bool_(), "cpus_per_gpu": pa.int64(),
+    "max_batch_probe": pa.string(), "memory_capacity_mib": pa.float64(),
 }
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
 ENV_COLUMNS: dict[str, pa.DataType] = {
@@ -88,6 +89,7 @@ EPOCH_SCHEMA = pa.schema({
     "steady_jitter": pa.float64(), "steady_steps": pa.int64(),
     "train_loss": pa.float64(), "train_acc": pa.float64(), "val_acc": pa.float64(),
     "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
+    "emulated_device_mem_mib": pa.float64(),
     "param_count": pa.int64(), "threads": pa.int64(), "ray_gpu_ids": pa.string(), "ray_node_id": pa.string(), "pid": pa.int64(),
     "attempt": pa.int64(), "reported_at": pa.float64(),
     **PRECISION_COLUMNS,
@@ -103,6 +105,7 @@ TRIAL_SCHEMA = pa.schema({
     "best_val_acc": pa.float64(), "final_val_acc": pa.float64(), "final_train_acc": pa.float64(),
     "steady_images_per_sec": pa.float64(), "mean_epoch_time_s": pa.float64(),
     "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
+    "emulated_device_mem_mib": pa.float64(),
     **PRECISION_COLUMNS,
     **ENV_COLUMNS,
 })

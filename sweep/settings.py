@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from sweep import limits
+from sweep import batch_search, limits
 from trainables import zoo
 from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, RENAMED, VARIABLE_UPDATES, field_names
 
@@ -61,12 +61,35 @@ def _epoch_list(v: Any) -> str | None:
     return f"a list of epoch numbers >= 1 and <= {top}"
 
 
+def _batch_or_max(v: Any) -> str | None:
+    """A per-GPU batch, or `max`: the largest that fits, searched for (sweep/batch_search.py)."""
+    return None if v == "max" or _setting_int("batch_per_gpu", 1)(v) is None else \
+        f"an integer >= 1 and <= {limits.INT_MAX['batch_per_gpu']}, or max"
+
+
+def _batch_range(v: Any) -> str | None:
+    top = limits.INT_MAX["batch_per_gpu"]
+    expected = f"[lo, hi]: two integers with 1 <= lo <= hi <= {top}"
+    if not isinstance(v, list) or len(v) != 2 or any(integer(1, top)(b) for b in v):
+        return expected
+    return None if v[0] <= v[1] else expected
+
+
+# The settings of a largest-batch search (`batch_per_gpu: max`): the sweep's, not a trial's.
+SEARCH_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "max_batch_range": _batch_range,
+    "max_batch_step": _setting_int("batch_per_gpu", 1),
+    "max_batch_margin": number(0, 1, lo_open=True),
+    "max_batch_steps": integer(2, 1000),
+}
+assert set(SEARCH_CHECKS) == set(batch_search.DEFAULTS), "every setting of a search needs a check and a default"
+
 CHECKS: dict[str, Callable[[Any], str | None]] = {
     "framework": _choice(FRAMEWORKS),
     "model": _model,
     "num_gpus": _setting_int("num_gpus", 1),
-    "batch_per_gpu": _setting_int("batch_per_gpu", 1),
-    "epochs": _setting_int("epochs", 1),
+    "batch_per_gpu": _batch_or_max,
+    "epochs": _setting_int("epochs", 0),  # 0: the largest-batch search alone (spec.py refuses it otherwise)
     "lr": number(0, lo_open=True),
     "base_lr": number(0, lo_open=True),
     "base_batch": _setting_int("base_batch", 1),
@@ -88,10 +111,11 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "variable_update": _choice(VARIABLE_UPDATES),
     "precision": _choice(PRECISIONS),
     "compile": _bool,
+    **SEARCH_CHECKS,
 }
 # Set by the engine, never by a sweep file.
-DERIVED = {"lr_rule", "cpus_per_gpu"}
-assert set(CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
+DERIVED = {"lr_rule", "cpus_per_gpu", "max_batch_probe", "memory_capacity_mib"}
+assert set(CHECKS) - set(SEARCH_CHECKS) | DERIVED == set(field_names()), "every TrialConfig field needs a check"
 
 
 def renamed(key: str, where: str, given: dict[str, Any]) -> str:

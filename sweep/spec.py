@@ -28,10 +28,11 @@ from typing import Any
 import yaml
 
 from sweep import environments, limits
+from sweep.batch_search import Search
 from sweep.environments import Environment
 from sweep.errors import SpecError
 from sweep.limits import quote, shown
-from sweep.settings import CHECKS, DERIVED, REQUIRED, integer, number, renamed
+from sweep.settings import CHECKS, DERIVED, REQUIRED, SEARCH_CHECKS, integer, number, renamed
 from trainables.config import RENAMED, TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -129,7 +130,12 @@ class Sweep:
     overrides: dict[str, Any] = field(default_factory=dict)  # --set key=value (sweep/overrides.py): over every trial
 
     def trials(self, scale: str) -> list[TrialConfig]:
+        """The trials of a scale whose batch is given (all of them, unless some say `batch_per_gpu: max`)."""
         return expand(self, scale)
+
+    def searches(self, scale: str) -> list[Search]:
+        """The configurations of a scale whose batch is `max`: each a largest-batch search (sweep/batch_search.py)."""
+        return _expand(self, scale)[1]
 
 
 def sweep_path(name_or_path: str) -> Path:
@@ -374,6 +380,11 @@ def trial_count(raw: dict[str, Any], scale: str) -> int:
 
 def expand(sweep: Sweep, scale: str) -> list[TrialConfig]:
     """The trials of one scale, in grid order, each validated as a whole."""
+    return _expand(sweep, scale)[0]
+
+
+def _expand(sweep: Sweep, scale: str) -> tuple[list[TrialConfig], list[Search]]:
+    """The trials of one scale with a batch, and the searches of those whose batch is `max`, in grid order."""
     fixed, grid, include = _sections(sweep.raw, scale)
     where = f"{sweep.path}"
 
@@ -386,12 +397,31 @@ def expand(sweep: Sweep, scale: str) -> list[TrialConfig]:
     if not partials and fixed:
         partials = [{}]
     trials: dict[str, TrialConfig] = {}
+    searches: dict[str, Search] = {}
     for point in partials:
-        config = _resolve(where, scale, _overridden({**fixed, **point}, sweep.overrides))
+        values = _overridden({**fixed, **point}, sweep.overrides)
+        search_settings = {k: values.pop(k) for k in SEARCH_CHECKS if k in values}
+        if values.get("batch_per_gpu") == "max":
+            search = _search(where, scale, values, search_settings)
+            searches.setdefault(search.config_id, search)
+            continue
+        config = _resolve(where, scale, values)
         trials.setdefault(config.trial_id, config)
-    if not trials:
+    if not trials and not searches:
         raise SpecError(f"{where}: grid: expected at least one trial at scale '{scale}' (empty grid and no include)")
-    return list(trials.values())
+    return list(trials.values()), list(searches.values())
+
+
+def _search(where: str, scale: str, values: dict[str, Any], settings: dict[str, Any]) -> Search:
+    """A configuration whose batch is `max`, checked as its first probe and its training trial would be."""
+    resolved = _resolved_values(where, scale, dict(values))
+    del resolved["batch_per_gpu"]
+    search = Search.of(resolved, settings)
+    if search.step > search.hi:
+        raise SpecError(f"{where}: max_batch_step: expected at most the range's hi ({search.hi}), got {search.step}")
+    search.probe(search.lo)
+    search.training(search.lo)
+    return search
 
 
 # A setting that replaces another way of saying the same: --set num_gpus=4 drops the file's gpus_per_node,
@@ -413,6 +443,11 @@ def yaml_value(text: str) -> Any:
 
 def _resolve(where: str, scale: str, values: dict[str, Any]) -> TrialConfig:
     """Fill defaults and derived values of one trial; check what only the whole trial can tell."""
+    return TrialConfig.from_dict(_resolved_values(where, scale, values))
+
+
+def _resolved_values(where: str, scale: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A trial's settings with defaults and derived values filled in, checked as a whole."""
     missing = [k for k in REQUIRED if k not in values]
     if missing:
         raise SpecError(f"{where}: {missing[0]}: expected a value in fixed, grid or include (scale '{scale}')")
@@ -421,13 +456,16 @@ def _resolve(where: str, scale: str, values: dict[str, Any]) -> TrialConfig:
     if "lr" not in values and ("base_lr" not in values or "base_batch" not in values):
         raise SpecError(f"{where}: lr: expected lr, or base_lr and base_batch for the linear scaling rule (scale '{scale}')")
     values.setdefault("lr", None)  # None: TrialConfig applies the linear scaling rule
+    if values["epochs"] == 0 and values["batch_per_gpu"] != "max":
+        raise SpecError(f"{where}: epochs: 0 trains nothing; it goes with batch_per_gpu: max (the largest-batch "
+                        f"search alone) (scale '{scale}')")
     if values.get("warmup_epochs", 0) >= values["epochs"] and values.get("warmup_epochs", 0) > 0:
         raise SpecError(f"{where}: warmup_epochs: expected fewer than epochs ({values['epochs']}), got {values['warmup_epochs']}")
     _check_distribution(where, values)
     if values["framework"] == "mxnet" and values.get("compile", False):
         raise SpecError(f"{where}: compile: MXNet has no graph compiler (its graphs are fused by hybridize, "
                         f"which every MXNet trial does): set compile false for MXNet trials")
-    return TrialConfig.from_dict(values)
+    return values
 
 
 def _resolve_gpus(where: str, scale: str, values: dict[str, Any]) -> None:

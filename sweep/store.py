@@ -113,6 +113,11 @@ class RunMeta:
     trials: list[str]  # every trial id of the run's grid, in grid order
     sessions: list[Session] = field(default_factory=list)
     overrides: dict[str, Any] = field(default_factory=dict)  # --set key=value, part of the run's identity
+    # --emulate-gpu-memory, in MiB: each emulated device's capacity, part of the run's identity (None: none)
+    memory_capacity_mib: float | None = None
+    # batch_per_gpu: max (sweep/max_batch.py): False while its searches go on, True once every one has ended;
+    # None: the run searches nothing. The searches' probes join `trials` round by round.
+    searches_done: bool | None = None
 
     @property
     def command(self) -> str:
@@ -205,7 +210,7 @@ def _with_older_defaults(table: pa.Table) -> pa.Table:
     for name, value in ADDED_LATER.items():
         name = RENAMED.get(name, name)
         column = table.column(name)
-        if column.null_count:
+        if column.null_count and value is not None:
             table = table.set_column(table.schema.get_field_index(name), name, pa.compute.fill_null(column, value))
     return table
 
@@ -331,6 +336,12 @@ class RunStore:
             _atomic_write_table(self.epochs_dir / f"{summary['trial_id']}.parquet", stamped, EPOCH_SCHEMA)
         _atomic_write_table(self.trials_dir / f"{summary['trial_id']}.parquet", [summary], TRIAL_SCHEMA)
 
+    def write_rows(self, name: str, rows: list[dict[str, Any]]) -> None:
+        """A table of the run's own (max_batch.parquet), its columns as the rows give them, written whole."""
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(rows), sink)
+        _atomic_write_bytes(self.dir / name, sink.getvalue().to_pybytes())
+
     def finished(self) -> dict[str, Status]:
         """trial id -> final status, for every trial with a summary row."""
         trials = self.trials()
@@ -384,6 +395,8 @@ def summarize(trial_id: str, config: TrialConfig, epochs: list[dict[str, Any]], 
         "mean_epoch_time_s": sum(e["epoch_time_s"] for e in epochs) / len(epochs),
         "peak_device_mem_mib": [max(col) for col in zip(*peaks)] if peaks else None,
         "peak_host_rss_mib": max(e["peak_host_rss_mib"] or 0 for e in epochs),
+        "emulated_device_mem_mib": max((e["emulated_device_mem_mib"] for e in epochs
+                                        if e.get("emulated_device_mem_mib") is not None), default=None),
     })
     return row
 

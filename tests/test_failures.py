@@ -56,6 +56,9 @@ def test_failed_trials_are_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
     ("MemoryError", "Unable to allocate 72.8 TiB for an array", "oom"),
     ("OutOfMemoryError", "Task was killed due to the node running low on memory.", "oom"),
     ("ValueError", "Computed output size would be zero or negative", "failed"),
+    # The engine's own, on emulated devices with a capacity (--emulate-gpu-memory; trainables/loop.py)
+    ("EmulatedOutOfMemoryError", "emulated device out of memory: the trial took 129 MiB per device, more than "
+                                 "the capacity of 100 MiB", "oom"),
     ("RayActorError", "The actor died unexpectedly before finishing this task.", "failed"),
 ])
 def test_failure_classification(error_type: str, message: str, expected: str) -> None:

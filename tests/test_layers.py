@@ -6,9 +6,10 @@ from its own layer or those below it, never above:
 
   entry          sweep.__main__, sweep.cli
   commands       sweep.launch (run), sweep.runs (status), sweep.plan (plan), sweep.manage (runs, rm), sweep.report.* (report),
-                 sweep.venvs (env)
+                 sweep.venvs (env), sweep.max_batch (run's largest-batch searches)
   driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.estimates,
-                 sweep.spec, sweep.settings, sweep.overrides, sweep.datasets, sweep.download, sweep.checks, sweep.gcs
+                 sweep.spec, sweep.settings, sweep.overrides, sweep.datasets, sweep.download, sweep.checks, sweep.gcs,
+                 sweep.batch_search
   trial process  sweep.trial, sweep.workers
   store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.terminal, sweep.environments,
                  sweep.limits, sweep.version
@@ -30,9 +31,11 @@ from conftest import ROOT
 
 LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
-    ("commands", {"sweep.launch", "sweep.runs", "sweep.plan", "sweep.manage", "sweep.report", "sweep.venvs"}),
+    ("commands", {"sweep.launch", "sweep.runs", "sweep.plan", "sweep.manage", "sweep.report", "sweep.venvs",
+                  "sweep.max_batch"}),
     ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.estimates",
-                "sweep.spec", "sweep.settings", "sweep.overrides", "sweep.datasets", "sweep.download", "sweep.checks", "sweep.gcs"}),
+                "sweep.spec", "sweep.settings", "sweep.overrides", "sweep.datasets", "sweep.download", "sweep.checks", "sweep.gcs",
+                "sweep.batch_search"}),
     ("trial process", {"sweep.trial", "sweep.workers"}),
     ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.terminal", "sweep.environments",
                "sweep.limits", "sweep.version"}),

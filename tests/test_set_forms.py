@@ -88,7 +88,9 @@ def test_num_gpus_replaces_gpus_per_node_and_the_other_way_round(tmp_path: Path)
 
 
 @pytest.mark.parametrize("given, line", [
-    (["epochs=0"], "--set epochs=0: expected"),
+    (["epochs=0"], "--set epochs=0: epochs: 0 trains nothing; it goes with batch_per_gpu: max"),
+    (["batch_per_gpu=maxx"], "--set batch_per_gpu=maxx: expected an integer >= 1 and <= 65536, or max, got 'maxx'"),
+    (["max_batch_range=[64,8]"], "--set max_batch_range=[64,8]: expected [lo, hi]: two integers with 1 <= lo <= hi"),
     (["lr_decay_epochs=[1,"], "--set lr_decay_epochs=[1,: malformed value"),
     (["num_gpus=3"], "--set num_gpus=3: "),  # 3 GPUs on 2 nodes: only the whole trial tells
 ])

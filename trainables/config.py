@@ -24,7 +24,7 @@ VARIABLE_UPDATES = ("replicated", "parameter_server")  # TensorFlow, as tf_cnn_b
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # Fields added after runs were stored, with the value those runs had: left out of the trial id while
 # they hold it, so that the id of every older trial stays what it was (resumes still match).
-ADDED_LATER = {"precision": "tf32", "xla": False}
+ADDED_LATER = {"precision": "tf32", "xla": False, "max_batch_probe": None, "memory_capacity_mib": None}
 # Settings renamed after runs were stored: old name -> new. Sweep files, --set and stored configs may use
 # the old name; a trial id hashes the setting under its old name, so that the ids of older runs hold.
 RENAMED = {"xla": "compile"}
@@ -80,6 +80,12 @@ class TrialConfig:
     # The node's cores per GPU, filled in by the engine for trials on real GPUs (sweep/plan.py:
     # with_host_cpus). A fact of the cluster, not of the trial: not part of its identity.
     cpus_per_gpu: int | None = None
+    # Set by the engine for `batch_per_gpu: max` (sweep/batch_search.py): the id of the configuration whose
+    # largest batch this trial probes (None: not a probe), and each emulated device's memory capacity
+    # (--emulate-gpu-memory; None: none). A probe or trial whose measured memory exceeds it fails as out of
+    # memory (trainables/loop.py). Both are part of the trial's identity: they change what it finds.
+    max_batch_probe: str | None = None
+    memory_capacity_mib: float | None = None
 
     def __post_init__(self) -> None:
         if self.gpus_per_node is None:  # a config made outside the spec loader (trainables.local, tests)
@@ -150,7 +156,7 @@ class TrialConfig:
         (precision, compile) wherever it is not the frameworks' default. Settings of another framework never show."""
         parts = [self.framework, self.model, f"gpus={self.num_gpus}", f"batch={self.batch_per_gpu}", f"lr={self.lr:g}"]
         shown = {"framework", "model", "num_gpus", "batch_per_gpu", "lr"}
-        current = {RENAMED.get(k, k): default for k, default in ADDED_LATER.items()}  # xla is compile today
+        current = {RENAMED.get(k, k): ADDED_LATER[k] for k in ("precision", "xla")}  # xla is compile today
         unusual = tuple(k for k, default in current.items() if getattr(self, k) != default and k not in axes)
         for axis in (*axes, *unusual):
             if axis not in shown and uses(self.framework, axis):

@@ -27,6 +27,11 @@ class TrialError(Exception):
         return f"{self.error_type}: {self.message}"
 
 
+class EmulatedOutOfMemoryError(MemoryError):
+    """A trial on emulated devices took more memory per device than their capacity (--emulate-gpu-memory):
+    what a GPU of that size would have refused. The driver records it as `oom`, as a real one."""
+
+
 def first_line(text: str, error_type: str = "") -> str:
     """The first line that says something: MXNet's messages start with a C++ traceback header."""
     for line in text.splitlines():

@@ -21,7 +21,8 @@ import numpy as np
 
 from trainables import data, environment, zoo
 from trainables.config import TrialConfig
-from trainables.measure import StepTimer, host_peak_rss_mib, throughput
+from trainables.failure import EmulatedOutOfMemoryError
+from trainables.measure import EmulatedMemory, StepTimer, host_peak_rss_mib, throughput
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,24 @@ def load_backend(cfg: TrialConfig, devices: Devices, image_size: int) -> Backend
     return module.Backend(cfg, devices, image_size)
 
 
+def _emulated_memory(cfg: TrialConfig, devices: Devices) -> EmulatedMemory | None:
+    """On emulated devices, the tracker of their memory, started once the framework is imported (so that its
+    import is not counted) and before the backend builds anything."""
+    if devices.kind == "gpu":
+        return None
+    importlib.import_module(f"trainables.{cfg.framework}.backend")
+    return EmulatedMemory(devices.count)
+
+
+def over_capacity(metrics: dict[str, Any]) -> str | None:
+    """Why an epoch's memory does not fit its emulated devices' capacity (--emulate-gpu-memory); None if it does."""
+    used, capacity = metrics.get("emulated_device_mem_mib"), metrics.get("memory_capacity_mib")
+    if used is None or capacity is None or used <= capacity:
+        return None
+    return (f"emulated device out of memory: the trial took {used:,.0f} MiB per device, "
+            f"more than the capacity of {capacity:,.0f} MiB")
+
+
 MANIFEST = "checkpoint.json"
 
 
@@ -122,6 +141,7 @@ class TrialLoop:
         self.image_size = cfg.image_size or zoo.default_image_size(cfg.model)
         self.synthetic = cfg.data == "synthetic" or data_dir is None
         self.cifar = None if self.synthetic else data.load_cifar10(data_dir)
+        self.memory = _emulated_memory(cfg, devices) if backend is None else None
         self.backend = backend or load_backend(cfg, devices, self.image_size)
         self.start_epoch = 0
         if restore_dir:
@@ -200,6 +220,8 @@ class TrialLoop:
             "val_acc": val_acc,
             "peak_device_mem_mib": backend.device_peak_mib(),
             "peak_host_rss_mib": host_peak_rss_mib(),
+            "emulated_device_mem_mib": self.memory.per_device_mib() if self.memory else None,
+            "memory_capacity_mib": cfg.memory_capacity_mib,
             **backend.precision_columns(),
             "compiler": self.cfg.compiler,  # the graph compiler that ran the step (config.COMPILERS), if any
             "diverged": diverged,
@@ -225,8 +247,13 @@ def end_epoch(metrics: dict[str, Any], epoch: int, save: Callable[[str], None], 
     """Hand an epoch's row and its checkpoint to `report`; False when the trial must stop (it diverged).
 
     A diverged epoch is reported without a checkpoint: the rows so far stand, and no resume ever
-    starts from a broken model. `save(path)` writes the backend's state into a folder.
+    starts from a broken model. `save(path)` writes the backend's state into a folder. An epoch that took
+    more memory than its emulated devices hold is reported without one too, then fails the trial as out of
+    memory (a GPU of that size would not have run it; a retry must run it again, not skip it).
     """
+    if why := over_capacity(metrics):
+        report(metrics, None)
+        raise EmulatedOutOfMemoryError(why)
     if metrics["diverged"]:
         report(metrics, None)
         return False

@@ -66,6 +66,35 @@ def host_peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def host_rss_mib() -> float:
+    """This process's resident memory now (Linux's /proc; elsewhere its peak so far, an upper bound)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return float(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return host_peak_rss_mib()
+
+
+class EmulatedMemory:
+    """The memory emulated devices take, measured: the process's peak resident memory since just before its
+    backend was built (its framework imported already), shared evenly over the process's devices.
+
+    On a CPU that is what a GPU would hold for the trial: weights, optimizer state, the activations of a step
+    and the framework's workspaces. It grows with the batch (activations), which the largest-batch search
+    relies on; the framework's own import is left out, as a GPU does not hold it either.
+    """
+
+    def __init__(self, devices: int) -> None:
+        self.devices = max(devices, 1)
+        self.baseline = host_rss_mib()
+
+    def per_device_mib(self) -> float:
+        return max(host_peak_rss_mib() - self.baseline, 0.0) / self.devices
+
+
 class NvmlPeakMemory:
     """Polls NVML for each visible GPU's used memory and keeps the peak, in MiB.
 
@@ -135,5 +164,7 @@ def total_over_workers(rows: list[dict]) -> dict:
         "train_acc": mean("train_acc"),
         "peak_device_mem_mib": None if any(m is None for m in memory) else [v for m in memory for v in m],
         "peak_host_rss_mib": max(r["peak_host_rss_mib"] for r in rows),
+        "emulated_device_mem_mib": None if any(r.get("emulated_device_mem_mib") is None for r in rows)
+        else max(r["emulated_device_mem_mib"] for r in rows),
         "diverged": any(r["diverged"] for r in rows),
     }

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sweep import max_batch, overrides
 from sweep.report import plots
 from sweep.report.figures import provenance, scaling, status_label, trial_figures
 from sweep.report.load import Run
+from sweep.store import RunStore
 from sweep.report.tables import (Table, framework_tables, lr_scaling_table, per_run_tables, precision_tables, ratio_tables, throughput_table,
                                  time_to_accuracy, time_to_accuracy_table)
 
@@ -26,10 +28,11 @@ class Report:
     time_to_accuracy: Table | None
     target_acc: float | None
     plots: dict[str, Figure | None]  # file stem -> figure, None where there was nothing to draw
+    max_batch: Table | None = None  # batch_per_gpu: max: each configuration's boundary (sweep/max_batch.py)
 
     def tables(self) -> list[Table]:
         return [self.throughput, *self.ratios, *self.per_run, *self.frameworks, self.lr_scaling,
-                *([self.time_to_accuracy] if self.time_to_accuracy else [])]
+                *([self.time_to_accuracy] if self.time_to_accuracy else []), *([self.max_batch] if self.max_batch else [])]
 
 
 def build_report(run: Run, target_acc: float | None = None) -> Report:
@@ -51,7 +54,31 @@ def build_report(run: Run, target_acc: float | None = None) -> Report:
     # The ratio tables, and precision beside the GPU count where the run varies precision or compile.
     return Report(run, figures, long, throughput_table(long, source), ratio_tables(long, source) + precision_tables(long, source),
                   per_run_tables(figures, run.label), framework_tables(figures, source), lr_scaling_table(figures, source),
-                  tta, target, drawn)
+                  tta, target, drawn, max_batch_table(run))
+
+
+MAX_BATCH_UNITS = {"its MiB/device": "MiB", "capacity MiB": "MiB", "its images/s": "img/s", "max batch": "int",
+                   "first oom": "int", "trains at": "int", "probes": "int", "image": "int", "gpus": "int"}
+
+
+def max_batch_table(run: Run) -> Table | None:
+    """The run's largest-batch searches, one row per configuration; None where it searched nothing."""
+    if run.sweep is None:
+        return None
+    searches = overrides.apply(run.sweep, run.meta.overrides).searches(run.meta.scale)
+    if not searches:
+        return None
+    rows = max_batch.boundaries(searches, RunStore(run.dir).trial_rows(), run.meta.memory_capacity_mib)
+    frame = max_batch.frame(rows).set_index(["framework", "model"])
+    notes = ["max batch: the largest per-GPU batch that trained; first oom: the smallest that ran out of memory "
+             "(within one step of max batch once the search found its boundary); state: found, all fit (up to the "
+             "range's hi), none fit (its lo did not), failed (a probe failed otherwise: no boundary), searching."]
+    if run.meta.memory_capacity_mib:
+        notes.append(f"Emulated devices of {run.meta.memory_capacity_mib:g} MiB each (--emulate-gpu-memory): memory "
+                     "is the trial process's peak resident memory above its start, per device, not a GPU's.")
+    notes.append("No seed rows beside it: the engine keeps no reference data of the seeds' memory (study 000: "
+                 "ResNet-50 and Inception-v3 at batch 32; study 002: cifar10_conv at batch 128), and none is of these runs' models.")
+    return Table("max_batch", "Largest batch per GPU that fits", frame, MAX_BATCH_UNITS, notes=notes)
 
 
 def summary_line(run: Run, figures: pd.DataFrame) -> str:

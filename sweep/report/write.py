@@ -29,6 +29,9 @@ def write_report(report: Report, out: Path) -> list[Path]:
                   *([report.time_to_accuracy] if report.time_to_accuracy else [])]:
         table.frame.to_csv(out / f"{table.name}.csv")
         written.append(out / f"{table.name}.csv")
+    if report.max_batch:
+        report.max_batch.frame.to_csv(out / "max_batch.csv")
+        written.append(out / "max_batch.csv")
     per_run = pd.concat({t.title: t.frame for t in report.per_run}, names=["trial group", "measure"])
     per_run.to_csv(out / "per_run.csv")
     written.append(out / "per_run.csv")
@@ -50,6 +53,8 @@ def write_report(report: Report, out: Path) -> list[Path]:
         md.append(f"- Sweep file: {run.sweep_problem}")
     if run.emulated:
         md.append(f"- **{EMULATED_NOTE}**: GPU counts are emulated on CPU devices, to test function only.")
+    if report.max_batch:
+        md += ["", "## Largest batch that fits", "", render_markdown(report.max_batch)]
     md += ["", "## Throughput", "", render_markdown(report.throughput)]
     md += [render_markdown(t) for t in report.ratios]
     md += ["## Per trial group (study 000)", ""] + [render_markdown(t) for t in report.per_run]
@@ -109,6 +114,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(EMULATED_NOTE)
     print()
     print(render_text(main_table))
+    if not other and report.max_batch:
+        print()
+        print(render_text(report.max_batch))
     print()
     print(f"wrote {len(files)} files to {out}: " + ", ".join(p.name for p in files))
     return 0
