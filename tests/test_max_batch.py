@@ -189,3 +189,27 @@ def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_rep
     assert (row["state"], row["max batch"], row["first oom"], row["probes"], row["emulated"]) == ("found", 32, 64, 2, True)
     assert (row["trains at"], row["training"]) == (32, "completed")
     assert row["its MiB/device"] == pytest.approx(trials.loc[32, "emulated_device_mem_mib"], abs=0.1)
+
+
+def test_study_000s_memory_rows_are_the_documents() -> None:
+    # The report sets study 000's "Maximum Memory Consumption" beside a search's boundary: each figure must be
+    # the document's own, under its model's heading and its backend's "Reduce Randomization" table.
+    import re
+
+    from sweep.report import seeds
+
+    document = Path(__file__).resolve().parents[2] / "shared" / "seeds" / seeds.STUDY_000
+    if not document.is_file():  # a clone without the studies beside it (CI and the workplace have them)
+        pytest.skip(f"no study document at {document}")
+    text = document.read_text()
+    models = {"resnet50_v1": "## Resnet50", "inception_v3": "## Inception_v3"}
+    backends = {"mxnet": "#### MXNet Backend", "tensorflow": "#### Tensorflow Backend"}
+    for (framework, model), figures in seeds.STUDY_000_MEMORY.items():
+        section = text[text.index(models[model]):]
+        table = section[section.index(backends[framework]):].split("\n\n")[0]
+        gpus = [int(g) for g in re.findall(r"GPU\s*\((\d+)\)", table)]
+        memory = re.search(r"Maximum Memory Consumption\s*\|(.*)\|", table).group(1)
+        assert dict(zip(gpus, (float(v) for v in memory.split("|")))) == figures, (framework, model)
+    assert seeds.study_000_mib_per_gpu("tensorflow", "resnet50_v1", 4) == 43778 / 4
+    assert seeds.study_000_mib_per_gpu("pytorch", "resnet50_v1", 1) is None
+    assert seeds.study_000_mib_per_gpu("mxnet", "resnet50_v1", 3) is None

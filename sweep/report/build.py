@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sweep import max_batch, overrides
-from sweep.report import plots
+from sweep.report import plots, seeds
 from sweep.report.figures import provenance, scaling, status_label, trial_figures
 from sweep.report.load import Run
 from sweep.store import RunStore
@@ -57,7 +57,8 @@ def build_report(run: Run, target_acc: float | None = None) -> Report:
                   tta, target, drawn, max_batch_table(run))
 
 
-MAX_BATCH_UNITS = {"its MiB/device": "MiB", "capacity MiB": "MiB", "its images/s": "img/s", "max batch": "int",
+STUDY_000_COLUMN = "study 000 MiB/GPU"
+MAX_BATCH_UNITS = {STUDY_000_COLUMN: "MiB", "its MiB/device": "MiB", "capacity MiB": "MiB", "its images/s": "img/s", "max batch": "int",
                    "first oom": "int", "trains at": "int", "probes": "int", "image": "int", "gpus": "int"}
 
 
@@ -69,15 +70,23 @@ def max_batch_table(run: Run) -> Table | None:
     if not searches:
         return None
     rows = max_batch.boundaries(searches, RunStore(run.dir).trial_rows(), run.meta.memory_capacity_mib)
-    frame = max_batch.frame(rows).set_index(["framework", "model"])
+    frame = max_batch.frame(rows)
+    study = [seeds.study_000_mib_per_gpu(r["framework"], r["model"], r["num_gpus"]) for r in rows]
+    if any(v is not None for v in study):  # the seeds' memory rows beside the run's, where study 000 has them
+        frame[STUDY_000_COLUMN] = study
+    frame = frame.set_index(["framework", "model"])
     notes = ["max batch: the largest per-GPU batch that trained; first oom: the smallest that ran out of memory "
              "(within one step of max batch once the search found its boundary); state: found, all fit (up to the "
              "range's hi), none fit (its lo did not), failed (a probe failed otherwise: no boundary), searching."]
     if run.meta.memory_capacity_mib:
         notes.append(f"Emulated devices of {run.meta.memory_capacity_mib:g} MiB each (--emulate-gpu-memory): memory "
                      "is the trial process's peak resident memory above its start, per device, not a GPU's.")
-    notes.append("No seed rows beside it: the engine keeps no reference data of the seeds' memory (study 000: "
-                 "ResNet-50 and Inception-v3 at batch 32; study 002: cifar10_conv at batch 128), and none is of these runs' models.")
+    if STUDY_000_COLUMN in frame:
+        notes.append(f"{STUDY_000_COLUMN}: study 000's maximum memory ({seeds.STUDY_000}, Keras 1.2.2 on K80 GPUs, "
+                     f"batch {seeds.STUDY_000_BATCH}) over its GPU count, for the same framework, model and GPUs.")
+    else:
+        notes.append("No study rows beside it: study 000's memory figures are of ResNet-50 and Inception-v3 in MXNet "
+                     "and TensorFlow on 1-16 GPUs, and no configuration here is one of those.")
     return Table("max_batch", "Largest batch per GPU that fits", frame, MAX_BATCH_UNITS, notes=notes)
 
 
