@@ -43,10 +43,9 @@ def main() -> None:
         velocity = [backend.opt.state[p]["velocity"].numpy() for p in backend.net.parameters() if p in backend.opt.state]
         weights = [p.detach().numpy() for p in backend.net.parameters()]
         np.savez(out, *weights, *velocity)
-    if world > 1:  # gloo's threads must stop before the interpreter does: left running, exit aborted at times
-        import torch.distributed as dist  # ("terminate called without an active exception", exit code -6)
-
-        dist.destroy_process_group()
+    if world > 1:  # gloo's threads abort a normal exit at times, whether the process group was destroyed first or
+        sys.stdout.flush()  # not ("terminate called without an active exception", SIGABRT); the engine's ranks
+        os._exit(0)  # end with os._exit too (sweep/workers.py)
 
 
 if __name__ == "__main__":
