@@ -128,8 +128,9 @@ class TrialWorker:
         """End this process now. A worker blocked in a collective or a push whose peer died does not
         always end on ray.kill (TensorFlow ignores SIGTERM; measured here, MXNet workers outlived it): such
         a worker (graceful False) ends at once. A trial's only worker, which took part in no framework
-        cluster (a framework in its own environment), ends through Ray's own exit, so that the raylet knows
-        the exit was meant: an os._exit made it print "A worker died or was killed ... the OOM killer"
+        cluster (a framework in its own environment), and the ranks of a PyTorch trial that ended well
+        (their collectives all returned with their last step) end through Ray's own exit, so that the
+        raylet knows the exit was meant: an os._exit made it print "A worker died or was killed ... the OOM killer"
         after every such trial, though all ended well. (Ray's exit left the workers of two-node trials
         running: those keep the hard exit.)"""
         if not graceful:
@@ -249,13 +250,15 @@ class Group:
                 raise _cause(error, pending) from None
         return ray.get(refs)
 
-    def stop(self) -> None:
+    def stop(self, ended_well: bool) -> None:
         for actor, _ in self.roles:
             try:
                 ray.get(actor.stop.remote(), timeout=30)
             except ray.exceptions.RayError:
                 pass  # already gone: its child went with it
-        graceful = len(self.workers) == 1 and not self.roles  # no framework cluster it could be blocked in
+        # A worker can be blocked in a collective only where the trial did not end well, or where it took part
+        # in a framework cluster other than PyTorch's (whose every collective is in a step that has returned).
+        graceful = (len(self.workers) == 1 and not self.roles) or (ended_well and self.cfg.framework == "pytorch")
         exits = [actor.exit.remote(graceful) for actor in self.workers]
         ray.wait(exits, num_returns=len(exits), timeout=10)  # each ends with its process: an error, at once
         for actor in self.actors:
@@ -266,13 +269,15 @@ def run(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, 
         runtime_env: dict[str, Any] | None = None) -> None:
     """Train a trial by its workers (runtime_env: their environment); report one row per epoch, totalled over them."""
     group = Group(cfg, runtime_env)
+    ended_well = False
     try:
         if cfg.framework == "tensorflow" and cfg.variable_update == "parameter_server":
             _parameter_server(group, cfg, emulated, data_dir, report, restore_dir)
         else:
             _data_parallel(group, cfg, emulated, data_dir, report, restore_dir)
+        ended_well = True
     finally:
-        group.stop()
+        group.stop(ended_well)
 
 
 def _data_parallel(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report,

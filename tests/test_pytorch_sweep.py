@@ -36,6 +36,8 @@ def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar:
     out = run_cli(str(SWEEPS / "pytorch.yaml"), "--address", cluster.address, "--data-dir", str(cifar),
                   "--results", str(results), "--scale", "full", timeout=900)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+    # Each multi-GPU trial's ranks end when it ends, as meant: the raylet has no "worker died" to tell.
+    assert "A worker died" not in out.stdout + out.stderr, out.stdout[-4000:] + out.stderr[-3000:]
     folder = store.run_dirs(results, "pytorch")[-1]
     trials, epochs = pd.read_parquet(folder / "trials"), pd.read_parquet(folder / "epochs")
     assert set(trials.status) == {"completed"}
