@@ -78,6 +78,7 @@ def test_a_uri_pyarrow_cannot_open_is_one_line_and_exit_2(tmp_path: Path) -> Non
         assert len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
 
 
+@pytest.mark.slow  # ~21 s here: the unreachable stores' own timeouts
 def test_a_store_it_cannot_reach_or_write_is_one_line_and_exit_2_before_ray_starts(tmp_path: Path) -> None:
     sweep = str(ROOT / "tests" / "sweeps" / "tiny_mxnet.yaml")
     endpoint = "?endpoint_override=127.0.0.1:1&scheme=http&region=us-east-1"  # nothing listens on port 1
