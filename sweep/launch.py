@@ -337,8 +337,7 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
     else:
         stopped_by = runner.run(plan) if trials else None
     state = read_run(run.dir)
-    # A probe that ran out of memory is what a largest-batch search looks for: a result, not a failure.
-    bounds = {r["trial_id"] for r in run.trial_rows() if r.get("max_batch_probe") and r["status"] == Status.OOM}
+    bounds = max_batch.boundary_probes(run.trial_rows())
     not_ok = [s for tid, s in state.finished.items() if not s.done and tid not in bounds]
     pending = state.pending(False)
     print(f"done: {len(state.finished) - len(not_ok) - len(bounds)} completed, {len(not_ok)} failed, "

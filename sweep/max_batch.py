@@ -38,6 +38,11 @@ def outcome(status: str) -> str:
     return OOM if status == Status.OOM else FAILED
 
 
+def boundary_probes(rows: list[dict[str, Any]]) -> set[str]:
+    """The trial ids of probes that ran out of memory: what a search looks for, a result and not a failure."""
+    return {r["trial_id"] for r in rows if r.get("max_batch_probe") and r["status"] == Status.OOM}
+
+
 def probe_rows(search: Search, rows: list[dict[str, Any]], capacity_mib: float | None) -> dict[int, dict[str, Any]]:
     """The summary rows of the search's probes, by batch: those whose trial is exactly its probe at that batch."""
     return {r["batch_per_gpu"]: r for r in rows if r.get("max_batch_probe") == search.config_id

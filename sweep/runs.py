@@ -10,7 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from sweep import limits, location, spec, store
+from sweep import limits, location, max_batch, spec, store
 from sweep.errors import UsageError
 from sweep.limits import MAX_PATH_SHOWN, shown
 from sweep.location import Location
@@ -143,13 +143,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     meta = state.meta
     print(f"{name} run {meta.run_id} ({meta.scale} scale, {limits.count(len(meta.trials), 'trial')}): "
           + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    bounds = sum(1 for r in RunStore(run_dir).trial_rows() if r.get("max_batch_probe") and r["status"] == Status.OOM)
+    run = RunStore(run_dir)
+    bounds = len(max_batch.boundary_probes(run.trial_rows()))
     if bounds:  # batch_per_gpu: max (docs/max-batch.md)
         print(f"of the failed, {limits.count(bounds, 'probe')} of largest-batch searches ran out of memory: "
               "the searches' boundaries, not faults")
     if meta.searches_done is False:
         print("largest-batch searches not ended: the next round's probes are not listed yet")
-    print(f"GPU-hours used: {RunStore(run_dir).gpu_hours():.4f}")
+    print(f"GPU-hours used: {run.gpu_hours():.4f}")
     if state.unfinished and (pid := state.driver):
         print(f"running now: driver pid {pid} on this host")
     elif state.unfinished:
