@@ -358,12 +358,17 @@ def _search(launch: Launch, run: RunStore, plan: Any, target: Target) -> int | N
     from sweep import runner
 
     def run_round(trials: list[TrialConfig], number: int) -> int | None:
+        if between.fired:  # Ctrl-C or SIGTERM after a round ended: the next one does not start
+            return between.signal
         meta = run.meta
         meta.trials += [t.trial_id for t in trials if t.trial_id not in meta.trials]  # listed before they start
         run.write_meta(meta)
         return runner.run(replace(plan, trials=with_host_cpus(trials, target), total=len(meta.trials), round=number))
 
-    stopped = max_batch.run_rounds(launch.searches, plan.trials, launch.capacity_mib, run.trial_rows, run_round)
+    # Each round's own handler stops its trials; this one takes a signal that comes between two rounds (Tune's
+    # start and end take seconds), which would otherwise end the run without its resume line.
+    with runner.Interrupt() as between:
+        stopped = max_batch.run_rounds(launch.searches, plan.trials, launch.capacity_mib, run.trial_rows, run_round)
     found = max_batch.boundaries(launch.searches, run.trial_rows(), launch.capacity_mib)
     run.write_rows(max_batch.SUMMARY_FILE, found)
     if not stopped:

@@ -181,6 +181,8 @@ def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_rep
     assert (trials.memory_capacity_mib == 100).all() and (trials.device_kind == "cpu-emulated").all()
     assert trials.loc[32, "emulated_device_mem_mib"] <= 100 < trials.loc[64, "emulated_device_mem_mib"]
     assert "1 probes out of memory (the searches' boundaries)" in resumed.stdout
+    status = run_cli("status", sweep, "--results", str(results), timeout=120)
+    assert "of the failed, 1 probe of largest-batch searches ran out of memory" in status.stdout, status.stdout
 
     report = run_cli("report", str(runs[-1]), timeout=120)
     assert report.returncode == 0 and "Largest batch per GPU that fits" in report.stdout, report.stdout + report.stderr
