@@ -6,9 +6,10 @@ CIFAR-10 set in its on-disk format (tests/cifar_files.py, no download). A sweep 
 smoke trials has a summary row `completed`, every framework it names ran, and its rows are sane (steady
 images/s > 0, val_acc on real data only, one parameter count per model and image size).
 
-tests/test_seed_sweeps.py runs tf_cnn_benchmarks this way in the suite (it varies every axis the studies
-have: framework, model, data, batch, GPUs, variable_update); the other studies' smoke runs take minutes
-each on two cores, so they run here:
+The suite checks one shipped sweep this way (tests/test_docs.py): the README's first run, resnet50_lr_scaling at
+its smoke scale; the others' smoke runs take a minute or more each on two cores, so they run here (tf_cnn_benchmarks
+among them: its smoke scale varies every axis the studies have, framework, model, data, batch, GPUs and
+variable_update):
 
   .venv/bin/python benchmarks/study_smokes.py                                   # every shipped sweep
   .venv/bin/python benchmarks/study_smokes.py --sweeps keras_mxnet_vs_tf_resnet50,cifar10_conv_mgpu

@@ -32,6 +32,9 @@ from conftest import ROOT
 from sweep import spec
 from sweep.cli import COMMANDS
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from study_smokes import problems  # noqa: E402
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINKED = [*DOCS, ROOT / "benchmarks" / "README.md", ROOT / "search_spaces" / "README.md", ROOT / "results" / "README.md"]
 # Pages other branches add (PyTorch, installation); linked from here already. Once they are merged they
@@ -146,6 +149,9 @@ def test_the_first_run_wrote_what_the_readme_says(ran: Path) -> None:
     epochs = pd.read_parquet(run_dir / "epochs")
     assert set(epochs.val_examples) == {200} and set(trials.val_examples) == {200}
     assert epochs.val_acc.notna().all()
+    # A shipped study's smoke run, checked as benchmarks/study_smokes.py checks every one: each smoke trial one
+    # completed summary row, every framework ran, sane rows, one parameter count per model across frameworks.
+    assert problems("resnet50_lr_scaling", ran / "results") == []
 
 
 def test_every_sweep_file_in_the_docs_loads(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ from conftest import ROOT
 from trainables.config import TrialConfig
 from trainables.loop import Devices, run_trial
 
-FRAMEWORKS = ("mxnet", "tensorflow")
+# TensorFlow's cases take 8-16 s each (its import and graph building): the full suite runs them, the fast lane not.
+FRAMEWORKS = ("mxnet", pytest.param("tensorflow", marks=pytest.mark.slow))
 
 
 @pytest.fixture(scope="module")
