@@ -224,7 +224,8 @@ esac
 """
 
 
-@pytest.mark.parametrize("framework,version", [("mxnet", "1.9.1"), ("tensorflow", "2.21.0")])
+@pytest.mark.parametrize("framework,version", [("mxnet", "1.9.1"),  # TensorFlow's import (5-11 s): the full suite
+                                               pytest.param("tensorflow", "2.21.0", marks=pytest.mark.slow)])
 def test_the_check_on_a_gpu_node_finds_a_cpu_build(framework: str, version: str, monkeypatch: pytest.MonkeyPatch,
                                                    tmp_path: Path) -> None:
     """The GPU path of the check, with only the GPU faked (nvidia-smi): this machine's builds are CPU builds."""
@@ -257,6 +258,8 @@ include:
 """
 
 
+# Each an engine run or a TensorFlow import of 5-25 s: in the full suite, out of the fast lane's 5 minutes.
+@pytest.mark.slow
 def test_a_framework_that_runs_on_no_node_stops_the_run_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "good.yaml"
     path.write_text(GOOD)
