@@ -8,18 +8,23 @@ GPUs are emulated). The driver imports no framework for it. From the checks:
 - trials whose framework runs on no node that fits them: infeasible, with the reason;
 - frameworks that run on some nodes only: their trials' bundles carry a label selector on Ray's own
   node label (ray.io/node-id in(...)), so that Ray places them on those nodes and nowhere else.
+An embedded Ray's nodes are all this machine: there the frameworks that run in the driver's own Python
+are checked in that Python without Ray (start_here), while Ray starts, as the task would check them.
 """
 from __future__ import annotations
 
 import os
 import platform
+import threading
+from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 from sweep.cluster import Node, infeasible
 from sweep.environments import Environment, made_environment, with_hint
 from trainables.config import TrialConfig
 from trainables.failure import first_line
-from trainables.probe import FrameworkCheck, check, interpreter_problem
+from trainables.probe import FrameworkCheck, check, first_gpu, interpreter_problem
 
 NODE_LABEL = "ray.io/node-id"  # every Ray node carries it, with its id
 # How long a check may take: an interpreter or the default environment answers in seconds (a framework
@@ -28,16 +33,47 @@ NODE_LABEL = "ray.io/node-id"  # every Ray node carries it, with its id
 TIMEOUT_S = {"default": 300, "py_executable": 300, "pip": 900, "uv": 900, "image_uri": 900}
 
 
+def start_here(frameworks: list[str], envs: dict[str, Environment], emulated: bool) -> dict[str, Future[FrameworkCheck]]:
+    """Start the checks of the frameworks that run in the driver's Python (no environment of their own) on
+    this machine, each in a thread waiting on its check's process: an embedded Ray's every node is this
+    machine and this Python, and a check (a framework's import and one step, seconds) overlaps Ray's start.
+    Frameworks with an environment are checked by Ray (it builds or starts their environment)."""
+    started = {}
+    for fw in frameworks:
+        if fw not in envs:
+            future: Future[FrameworkCheck] = Future()
+            threading.Thread(target=_settle, args=(future, fw, emulated), daemon=True,  # never holds up an exit
+                             name=f"check-{fw}").start()
+            started[fw] = future
+    return started
+
+
+def _settle(future: Future[FrameworkCheck], framework: str, emulated: bool) -> None:
+    try:
+        future.set_result(check(framework, "", emulated, None if emulated else first_gpu()))
+    except BaseException as e:  # noqa: BLE001 - handed to the waiting driver, which says it as the check's failure
+        future.set_exception(e)
+
+
 def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], code_root: str | None,
-        emulated: bool | None) -> list[FrameworkCheck]:
-    """Check every framework on every node that has GPUs (trials need them; the others never get one)."""
+        emulated: bool | None, here: dict[str, Future[FrameworkCheck]] | None = None) -> list[FrameworkCheck]:
+    """Check every framework on every node that has GPUs (trials need them; the others never get one).
+    here: checks already started on this machine (start_here), which stand for every node of an embedded Ray."""
     import ray
 
     targets = [(node, fw) for node in nodes if node.gpus >= 1 for fw in frameworks]
     found: dict[tuple[str, str], FrameworkCheck] = {}
+    for fw, future in (here or {}).items():
+        try:
+            result = future.result()  # bounded: the check's process has probe.STEP_TIMEOUT_S
+        except Exception as e:  # noqa: BLE001
+            result = FrameworkCheck("", fw, ok=False, reason=f"the check failed: {type(e).__name__}: {first_line(str(e))}")
+        for node in (node for node, f in targets if f == fw):
+            found[(node.node_id, fw)] = replace(result, node_id=node.node_id)
     # An interpreter Ray cannot start workers with makes Ray retry for ever: try it first, in the
     # driver's environment on the same node.
-    interpreters = [(node, fw) for node, fw in targets if fw in envs and envs[fw].kind == "py_executable"]
+    interpreters = [(node, fw) for node, fw in targets
+                    if fw in envs and envs[fw].kind == "py_executable" and (node.node_id, fw) not in found]
     # The driver's Python is the cluster's, to the level Ray requires (it refuses a driver otherwise).
     versions = (ray.__version__, platform.python_version(), os.environ.get("RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL", "patch"))
     refs = {ray.remote(interpreter_problem).options(**_on(node)).remote(str(envs[fw].value), *versions): (node, fw)

@@ -15,11 +15,12 @@ import socket
 import subprocess
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sweep import environments, estimates, gcs, limits, max_batch, overrides, spec, store
+from sweep import checks, environments, estimates, gcs, limits, max_batch, overrides, spec, store
 from sweep.batch_search import Search
 from sweep.environments import Environment
 from sweep.errors import UsageError
@@ -64,6 +65,9 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     import ray  # after the checks: bad input costs no Ray import
 
     gcs.outlast_ray(joined=launch.address is not None)
+    # An embedded Ray runs on this machine: its frameworks' checks need no Ray, and run while it starts.
+    here = checks.start_here(sorted({t.framework for t in launch.trials}), launch.environments,
+                             bool(launch.emulated)) if launch.address is None else {}
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
                                 job_name=launch.sweep.name, nodes=launch.nodes, emulated=bool(launch.emulated))
     opened = threading.Event()  # set once the run's folder exists: then a loss has a run to resume
@@ -71,7 +75,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     gone, silent = (gcs.joined_grace(),) * 2 if launch.address else (gcs.EMBEDDED_GONE_S, gcs.EMBEDDED_SILENT_S)
     try:
         with gcs.Watchdog(ray.get_runtime_context().gcs_address, gone, silent, lambda why: _lost(args, launch, opened, why)):
-            return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]), opened)
+            return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]), opened, here)
     except Exception as e:  # noqa: BLE001 - whatever Ray raised, a cluster gone is said as such
         why = str(e) if isinstance(e, gcs.ClusterLost) else gcs.cluster_lost()
         if why:  # Tune ended first (its trials died with the cluster), or a Ray call raised
@@ -289,8 +293,9 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
     return run
 
 
-def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, opened: threading.Event) -> int:
-    from sweep import checks, dashboard, runner
+def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, opened: threading.Event,
+         here: dict[str, Future[FrameworkCheck]]) -> int:
+    from sweep import dashboard, runner
     from sweep.trial import TrialRuntime
 
     for line in dashboard.banner(cluster):  # dashboard URL, where its token is, metrics endpoint
@@ -302,9 +307,9 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
         # Each framework on each node, in its environment, before any trial: where it can run at all.
         started = time.time()
         found = checks.run(cluster.nodes, sorted({t.framework for t in trials}), launch.environments,
-                           environments.code_root(), launch.emulated)
-        if found:
-            print(checks.table(found, launch.environments, time.time() - started))
+                           environments.code_root(), launch.emulated, here)
+        if found:  # (a check started before Ray may have taken longer than the wait for it)
+            print(checks.table(found, launch.environments, max(time.time() - started, *(c.seconds or 0 for c in found))))
     bad = checks.unplaceable(trials, cluster.nodes, found)
     if bad:  # Ray would leave these pending for ever, without a word: say so before anything runs
         print(_infeasible_table([t for t in trials if t.trial_id in bad], cluster.nodes, bad))

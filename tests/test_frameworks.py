@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from conftest import run_cli
 
 from sweep import checks, environments, spec, store
+from sweep.cluster import Node
 from sweep.environments import Environment
 from sweep.errors import SpecError, UsageError
 from trainables import probe
@@ -269,6 +271,42 @@ def test_a_framework_that_runs_on_no_node_stops_the_run_in_one_line(tmp_path: Pa
     assert "1 of 1 trials fit no node" in out.stderr and "--skip-infeasible" in out.stderr
     assert "FAILED: /nonexistent/python: no such interpreter on this node" in out.stdout  # the checks' table
     assert out.stdout.rstrip().endswith("/nonexistent/python: no such interpreter on this node")  # the infeasible table
+    assert not results.exists()
+
+
+def test_checks_started_before_ray_stand_for_each_node_with_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """start_here checks the frameworks of the driver's Python without Ray; run() hands each node with GPUs
+    that check under its own id, and starts no Ray task for it (no Ray runs here)."""
+    not_a_library = tmp_path / "libmxnet.so"
+    not_a_library.write_text("not a shared library\n")
+    monkeypatch.setenv("MXNET_LIBRARY_PATH", str(not_a_library))
+    here = checks.start_here(["mxnet", "tensorflow"], {"tensorflow": Environment("uv", ("tensorflow==2.21.0",))},
+                             emulated=True)
+    assert list(here) == ["mxnet"]  # a framework with its own environment is checked in it, by Ray
+    nodes = [Node("a" * 56, "10.0.0.1", cpus=2, gpus=2), Node("b" * 56, "10.0.0.2", cpus=2, gpus=0),
+             Node("c" * 56, "10.0.0.3", cpus=2, gpus=1)]
+    found = checks.run(nodes, ["mxnet"], {}, None, True, here)
+    assert [(c.node_id, c.framework, c.ok, c.device) for c in found] == [
+        ("a" * 56, "mxnet", False, "cpu-emulated"), ("c" * 56, "mxnet", False, "cpu-emulated")]
+    assert found[0].reason.startswith("mxnet fails at import: OSError: ") and str(not_a_library) in found[0].reason
+
+
+@pytest.mark.slow
+def test_an_embedded_runs_check_in_the_drivers_python_finds_a_broken_framework(tmp_path: Path) -> None:
+    """An embedded run checks the frameworks of the driver's Python in that Python while Ray starts
+    (sweep/checks.py, start_here): a broken MXNet there stops the run as a failed Ray task's check would."""
+    not_a_library = tmp_path / "libmxnet.so"
+    not_a_library.write_text("not a shared library\n")
+    path = tmp_path / "good.yaml"
+    path.write_text(BROKEN_SWEEP)  # its 2-node trial makes the embedded Ray two nodes: the check stands for both
+    results = tmp_path / "results"
+    out = run_cli(str(path), "--results", str(results), timeout=300,
+                  env={"MXNET_LIBRARY_PATH": str(not_a_library)})
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stdout[-3000:] + out.stderr
+    assert "5 of 6 trials fit no node" in out.stderr
+    table = out.stdout.split("framework checks (")[1].split("\ntrials")[0]
+    assert len(re.findall(r" mxnet .*FAILED: mxnet fails at import: OSError: .*libmxnet.so", table)) == 2, table
+    assert len(re.findall(r" tensorflow .* OK", table)) == 2, table  # the other framework of the same Python is unharmed
     assert not results.exists()
 
 

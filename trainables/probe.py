@@ -165,10 +165,11 @@ def _death(code: int) -> str:
     return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
-def check(framework: str, node_id: str, emulated: bool | None) -> FrameworkCheck:
-    """The check on this node (a Ray task: CUDA_VISIBLE_DEVICES holds the GPU Ray gave it)."""
+def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | None = None) -> FrameworkCheck:
+    """The check on this node, on GPU gpu_id; by default the first in CUDA_VISIBLE_DEVICES (a Ray task's
+    holds the GPU Ray gave it)."""
     t0 = time.time()
-    ids = [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
+    ids = [gpu_id] if gpu_id is not None else [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
     if emulated is None:  # a joined cluster: each node tells for itself
         emulated = environment.real_gpu_count() == 0
     gpu = environment.gpu_architecture(int(ids[0])) if ids and not emulated else None
@@ -203,6 +204,12 @@ def check(framework: str, node_id: str, emulated: bool | None) -> FrameworkCheck
                           cuda=build.cuda if build else None, seconds=round(time.time() - t0, 1))
 
 
+def first_gpu() -> str | None:
+    """The GPU a check outside Ray trains its step on, as a Ray task would on one GPU: the first visible."""
+    visible = [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
+    return visible[0] if visible else ("0" if environment.real_gpu_count() else None)
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"
@@ -220,9 +227,7 @@ def main(argv: list[str]) -> int:
     from trainables.loop import Devices, TrialLoop
 
     if argv[0] == "--check":
-        if environment.real_gpu_count() and not os.environ.get("CUDA_VISIBLE_DEVICES"):
-            os.environ["CUDA_VISIBLE_DEVICES"] = "0"  # the check's step runs on one GPU, as in a Ray task
-        print(json.dumps(asdict(check(argv[1], "local", None))), flush=True)
+        print(json.dumps(asdict(check(argv[1], "local", None, first_gpu()))), flush=True)
         return 0
     framework, gpu_id, emulated = argv[0], argv[1], argv[2] == "1"
     devices = Devices.of([gpu_id], emulated)  # before the framework loads: it reads CUDA_VISIBLE_DEVICES once
