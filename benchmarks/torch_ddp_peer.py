@@ -61,6 +61,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+         autocast: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None) -> None:
+    """One training step, the whole of it: forward (under autocast to that dtype, if any), cross-entropy,
+    backward (through the loss scaler, if any), SGD's update, and the loss read back as the host would."""
+    with torch.autocast(x.device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+        loss = F.cross_entropy(model(x).float(), y)
+    opt.zero_grad(set_to_none=True)
+    if scaler:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
+    loss.item()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -90,18 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     times = []
     for _ in range(args.warmup_steps + args.steps):
         t0 = time.perf_counter()
-        with torch.autocast(device.type, dtype=AUTOCAST.get(args.precision, torch.float32),
-                            enabled=args.precision in AUTOCAST):
-            loss = F.cross_entropy(model(x).float(), y)
-        opt.zero_grad(set_to_none=True)
-        if scaler:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        loss.item()
+        step(model, opt, x, y, AUTOCAST.get(args.precision), scaler)
         times.append(time.perf_counter() - t0)
 
     timed = times[args.warmup_steps:]

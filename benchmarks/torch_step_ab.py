@@ -6,7 +6,7 @@ engine_vs_raw.py compares whole programs (the engine's trial under Ray against t
 torchrun), so a gap there may be the step or the process the step runs in. This takes the process out:
 each rank builds the engine's Backend (trainables/pytorch/backend.py: its optimizer, its loss-flag
 all-reduce hook, its per-step accuracy counts) and, beside it on the same process group, the plain program's
-model, DDP and torch.optim.SGD (torch_ddp_peer.py's step), and runs blocks of steps of each in turn, the order
+model, DDP, torch.optim.SGD and its step (torch_ddp_peer.step), and runs blocks of steps of each in turn, the order
 flipping every block, so that load and clock drift hit both alike. Rank 0 prints the median step time of
 each and plain/ours (>= 1: ours is as fast or faster).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+from torch_ddp_peer import step  # noqa: E402 - the plain program's step, exactly
 
 from trainables.config import TrialConfig  # noqa: E402
 from trainables.loop import Devices  # noqa: E402
@@ -56,11 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     x, y = batch
 
     def plain_step() -> None:
-        loss = F.cross_entropy(model(x).float(), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
+        step(model, opt, x, y)
 
     def our_step() -> None:
         ours.train_step(batch, 0.05)
@@ -68,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {"ours": [], "plain": []}
     for block in range(args.blocks):
         order = (("ours", our_step), ("plain", plain_step)) if block % 2 else (("plain", plain_step), ("ours", our_step))
-        for name, step in order:
+        for name, run_step in order:
             for i in range(args.steps):
                 t0 = time.perf_counter()
-                step()
+                run_step()
                 if block >= 2 and i >= 3:
                     times[name].append(time.perf_counter() - t0)
     if rank == 0:

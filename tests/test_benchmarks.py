@@ -5,6 +5,7 @@ take seconds.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,6 +152,21 @@ def test_torch_peer_trains_under_torchrun_on_two_processes() -> None:
     assert (line["world_size"], line["steady_steps"], line["threads"]) == (2, 2, 1)
     assert line["param_count"] == count_params(build("resnet8_cifar", 16))
     assert run.steady == pytest.approx(sum(r["steady_images_per_sec"] for r in line["ranks"])) and run.steady > 0
+
+
+@pytest.mark.slow
+def test_torch_step_ab_times_both_steps_in_the_same_two_ranks() -> None:
+    """benchmarks/torch_step_ab.py, tiny: both steps run on one process group, rank 0 says their ratio."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(ROOT / "benchmarks" / "torch_step_ab.py"),
+                          "--blocks", "4", "--steps", "5", "--batch-per-gpu", "4", "--image-size", "16"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    found = re.search(r"2 rank\(s\), 4 timed steps each: median step ours ([\d.]+) ms, plain ([\d.]+) ms; "
+                      r"plain/ours ([\d.]+)", out.stdout)
+    assert found, out.stdout
+    ours, plain, ratio = map(float, found.groups())
+    assert ours > 0 and plain > 0 and ratio == pytest.approx(plain / ours, abs=0.002)
 
 
 @pytest.mark.slow

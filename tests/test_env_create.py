@@ -96,7 +96,6 @@ def test_a_missing_framework_check_names_the_command() -> None:
     assert environments.with_hint(other, {}).reason.endswith("install it: pip install -e '.[tensorflow]'")
 
 
-# Each an engine run or a TensorFlow import of 5-25 s: in the full suite, out of the fast lane's 5 minutes.
 @pytest.mark.slow
 def test_create_finishes_a_started_environment_then_changes_nothing(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:

@@ -260,7 +260,6 @@ include:
 """
 
 
-# Each an engine run or a TensorFlow import of 5-25 s: in the full suite, out of the fast lane's 5 minutes.
 @pytest.mark.slow
 def test_a_framework_that_runs_on_no_node_stops_the_run_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "good.yaml"

@@ -106,7 +106,6 @@ def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Pa
     assert list(older.precision) == ["tf32"] * 10 and not older.compile.any() and older.layout.isna().all()
 
 
-# Each an engine run or a TensorFlow import of 5-25 s: in the full suite, out of the fast lane's 5 minutes.
 @pytest.mark.slow
 def test_synthetic_batches_are_made_on_each_device_once() -> None:
     # Each framework's synthetic batch lives on the trial's devices (two emulated ones here) and is reused:

@@ -121,7 +121,6 @@ def test_interrupted_sweep_resumes_with_every_row_exactly_once(signals: tuple[in
     assert f"{total} done" in status.stdout and "--resume" not in status.stdout
 
 
-# Each an engine run or a TensorFlow import of 5-25 s: in the full suite, out of the fast lane's 5 minutes.
 @pytest.mark.slow
 def test_resume_refuses_an_edited_sweep_and_options_that_need_it(tmp_path: Path) -> None:
     results = tmp_path / "results"
