@@ -113,7 +113,7 @@ def _error_of(trial: Any) -> TrialError:
     if err is None:
         text = Path(trial.error_file).read_text() if trial.error_file and os.path.exists(trial.error_file) else ""
         return TrialError("TrialError", (text.strip().splitlines() or ["unknown error"])[-1][:500], "")
-    return trial_error(getattr(err, "cause", None) or err)
+    return trial_error(err)  # (through Ray's RayTaskError to the error it carries)
 
 
 # TensorFlow; Python; Ray's memory monitor and torch.cuda.OutOfMemoryError (both named OutOfMemoryError); the engine's emulated capacity (trainables/failure.py)

@@ -107,3 +107,22 @@ def test_framework_errors_are_plain_data() -> None:
     assert tf_type == "InvalidArgumentError" and "Matrix size-incompatible" in tf_message
     assert tf_class == "tensorflow.python.framework.errors_impl.InvalidArgumentError"
     assert [_failure_status(t, m) for t, m, _ in found] == ["failed", "oom", "failed"]
+
+
+def test_a_remote_calls_error_is_the_error_it_carries() -> None:
+    """A worker's call that failed (Ray's RayTaskError, as a trainable's ray.get raises it) is recorded as the
+    error inside it: a disk over Ray's threshold reads as OutOfDiskError and Ray's words, not the call's
+    coloured name and pid. A worker's own TrialError, wrapped the same way, keeps its fields."""
+    from ray.exceptions import OutOfDiskError, RayTaskError
+
+    from trainables.failure import TrialError, trial_error
+
+    words = "The object cannot be created because the local object store is full and the local disk's utilization is over capacity (95% by default)."
+    full = RayTaskError("checkpoint", "Traceback (most recent call last):\n...", OutOfDiskError(words),
+                        "ray::TrialWorker.checkpoint()").as_instanceof_cause()
+    assert str(full).startswith("\x1b[36mray::TrialWorker.checkpoint()")  # what the row said before (stop 32's run)
+    fields = lambda e: (e.error_type, e.message, e.error_class)  # noqa: E731
+    assert fields(trial_error(full)) == ("OutOfDiskError", words, "ray.exceptions.OutOfDiskError")
+    own = RayTaskError("epoch", "...", TrialError("MXNetError", "Check failed", "mxnet.base.MXNetError"),
+                       "ray::TrialWorker.epoch()").as_instanceof_cause()
+    assert fields(trial_error(own)) == ("MXNetError", "Check failed", "mxnet.base.MXNetError")

@@ -48,6 +48,12 @@ def trial_error(exc: BaseException) -> TrialError:
     """Any exception as a TrialError; one that already is one (a worker's, passed on) keeps its fields."""
     if isinstance(exc, TrialError):  # also Ray's wrapper of a remote TrialError, which reads through to it
         return TrialError(exc.error_type, exc.message, exc.error_class)
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and type(exc).__module__ == "ray.exceptions":
+        # Ray's RayTaskError of a remote call (a worker's checkpoint, say): its own first line is the call's
+        # coloured name and pid; the error it carries says what went wrong (OutOfDiskError: "... the local disk's
+        # utilization is over capacity (95% by default)").
+        return trial_error(cause)
     cls = type(exc)
     return TrialError(cls.__name__, first_line(str(exc), cls.__name__), f"{cls.__module__}.{cls.__qualname__}")
 
