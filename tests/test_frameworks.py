@@ -240,6 +240,31 @@ def test_the_check_on_a_gpu_node_finds_a_cpu_build(framework: str, version: str,
     assert not found.ok and found.reason == f"{framework} {version} is a CPU build: no kernels for the NVIDIA H100 80GB HBM3"
 
 
+def test_a_check_outside_ray_shows_its_process_the_one_gpu_it_trains_on(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """`env list` and an embedded run check without Ray: the check's process sees only the GPU it is given,
+    as a Ray task's process sees only the GPU Ray gave it (not all of a node's GPUs, each of which a framework
+    would set up). The child records its CUDA_VISIBLE_DEVICES through a sitecustomize module."""
+    (tmp_path / "nvidia-smi").write_text(FAKE_NVIDIA_SMI.replace(
+        '-L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)" ;;',
+        '-L) printf "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\\n" ;;'))
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    seen = tmp_path / "seen"
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import os\nopen({str(seen)!r}, 'a').write(os.environ.get('CUDA_VISIBLE_DEVICES', 'unset') + '\\n')\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert probe.environment.real_gpu_count() == 2 and probe.first_gpu() == "0"
+    found = probe.check("mxnet", "local", None, probe.first_gpu())
+    assert (found.gpu, found.device) == ("NVIDIA H100 80GB HBM3", "gpu")
+    assert seen.read_text().split() == ["0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # a user's choice of GPU is kept
+    seen.unlink()
+    probe.check("mxnet", "local", None, probe.first_gpu())
+    assert seen.read_text().split() == ["1"]
+
+
 def test_the_check_says_why_a_framework_fails_at_import(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A broken install (libmxnet.so not a library): the framework crashes at import, in the check's child."""
     not_a_library = tmp_path / "libmxnet.so"

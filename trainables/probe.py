@@ -166,10 +166,11 @@ def _death(code: int) -> str:
 
 
 def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | None = None) -> FrameworkCheck:
-    """The check on this node, on GPU gpu_id; by default the first in CUDA_VISIBLE_DEVICES (a Ray task's
-    holds the GPU Ray gave it)."""
+    """The check on this node: in a Ray task, on the GPU Ray gave it (CUDA_VISIBLE_DEVICES holds it); outside
+    Ray, on gpu_id, which its process alone sees, as a Ray task's would."""
     t0 = time.time()
-    ids = [gpu_id] if gpu_id is not None else [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
+    ids = [gpu_id] if gpu_id is not None else _visible_gpus()
+    env = _child_env() if gpu_id is None else {**_child_env(), "CUDA_VISIBLE_DEVICES": gpu_id}
     if emulated is None:  # a joined cluster: each node tells for itself
         emulated = environment.real_gpu_count() == 0
     gpu = environment.gpu_architecture(int(ids[0])) if ids and not emulated else None
@@ -180,7 +181,7 @@ def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | Non
     try:
         out = subprocess.run([sys.executable, "-m", "trainables.probe", framework, ids[0] if ids else "0",
                               "1" if emulated else "0"], capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
-                             env=_child_env())
+                             env=env)
         for line in out.stdout.splitlines():
             if line.startswith(PREFIX):
                 said.update(json.loads(line[len(PREFIX):]))
@@ -204,9 +205,13 @@ def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | Non
                           cuda=build.cuda if build else None, seconds=round(time.time() - t0, 1))
 
 
+def _visible_gpus() -> list[str]:
+    return [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
+
+
 def first_gpu() -> str | None:
     """The GPU a check outside Ray trains its step on, as a Ray task would on one GPU: the first visible."""
-    visible = [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
+    visible = _visible_gpus()
     return visible[0] if visible else ("0" if environment.real_gpu_count() else None)
 
 
