@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweep.limits import count
+from trainables.config import DDP_TIMEOUT_ENV
 
 # Environment of every trial process: quiet TensorFlow logs on each worker; the driver's settings that
-# trials read (SWEEP_DDP_TIMEOUT_S: how long a PyTorch rank waits for its peers, trainables/pytorch/backend.py).
+# trials read (SWEEP_DDP_TIMEOUT_S: how long a PyTorch rank waits for its peers, trainables/config.py).
 TRIAL_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning",
-             **{k: os.environ[k] for k in ("SWEEP_DDP_TIMEOUT_S",) if k in os.environ}}
+             **{k: os.environ[k] for k in (DDP_TIMEOUT_ENV,) if k in os.environ}}
 
 
 @dataclass(frozen=True)

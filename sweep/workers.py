@@ -36,12 +36,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from trainables.config import TrialConfig
+from trainables.config import TrialConfig, ddp_timeout_s
 from trainables.failure import plain_errors
 from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, end_epoch
 from trainables.measure import total_over_workers
@@ -51,6 +52,10 @@ EXIT_GRACE_S = 2.0  # a worker's process ends this long after Ray's own exit, wh
 
 class WorkerLost(RuntimeError):
     """A worker or server process of a distributed trial ended while the trial ran."""
+
+
+class RankTimedOut(RuntimeError):
+    """A rank of a PyTorch trial still busy with a call the process group's timeout after it should have ended."""
 
 
 def _free_address() -> str:
@@ -237,10 +242,22 @@ class Group:
         raise WorkerLost(f"{self.watch[ref]} of the trial {why}; its other workers and servers were stopped")
 
     def get(self, refs: list[ray.ObjectRef]) -> list[Any]:
-        """ray.get, failing at once when a watched process ends meanwhile (its peers would wait for ever)."""
+        """ray.get, failing at once when a watched process ends meanwhile (its peers would wait for ever).
+
+        A PyTorch trial of several ranks also fails when a rank hangs where no peer waits for it in a collective
+        (whose timeout would fail the peer): still busy the process group's timeout after the first of the
+        ranks returned from the same call (rank 0 validates while the others are done), or after a call to
+        rank 0 alone (its checkpoint) was made."""
         pending = list(refs)
+        bound = ddp_timeout_s() if self.cfg.framework == "pytorch" and len(self.workers) > 1 else None
+        deadline = time.monotonic() + bound if bound is not None and len(refs) == 1 else None
         while pending:
-            ready, _ = ray.wait(pending + list(self.watch), num_returns=1)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(pending + list(self.watch), num_returns=1, timeout=left)
+            if not ready:
+                ranks = ", ".join(str(refs.index(ref)) for ref in pending) if len(refs) > 1 else "0"
+                raise RankTimedOut(f"rank {ranks} of the trial timed out: still busy {bound:.0f} s (SWEEP_DDP_TIMEOUT_S) "
+                                   "after it should have ended, with no peer waiting for it; the trial's workers were stopped")
             if ready[0] in self.watch:
                 self._lost(ready[0])
             pending.remove(ready[0])
@@ -248,6 +265,8 @@ class Group:
                 ray.get(ready[0])  # a worker's error (or death) ends the trial here
             except ray.exceptions.RayError as error:
                 raise _cause(error, pending) from None
+            if bound is not None and deadline is None:
+                deadline = time.monotonic() + bound  # the others are one call behind it at most
         return ray.get(refs)
 
     def stop(self, ended_well: bool) -> None:

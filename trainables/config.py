@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -30,6 +31,19 @@ ADDED_LATER = {"precision": "tf32", "xla": False, "max_batch_probe": None, "memo
 RENAMED = {"xla": "compile"}
 # The compiler `compile` turns on, by framework (MXNet has none: hybridize fuses every MXNet graph).
 COMPILERS = {"tensorflow": "xla", "pytorch": "inductor"}
+# How long a PyTorch rank waits in a collective for its peers before it fails (torch's own default is 30
+# minutes), and how long the trial's coordinator waits for a rank that its peers are not waiting for (one
+# still busy after the others returned from the same call, or rank 0 alone writing a checkpoint). Rank 0
+# validates between epochs while the others wait at the next step's all-reduce: the bound must exceed a
+# validation pass. Read from the driver's environment, passed to every trial process (sweep/cluster.py).
+DDP_TIMEOUT_ENV = "SWEEP_DDP_TIMEOUT_S"
+DDP_DEFAULT_TIMEOUT_S = 1800.0
+
+
+def ddp_timeout_s() -> float:
+    return float(os.environ.get(DDP_TIMEOUT_ENV) or DDP_DEFAULT_TIMEOUT_S)
+
+
 # Settings of one framework only, by framework: a trial of another framework neither uses nor shows them
 # (tables print "-", labels leave them out). Every other setting is every framework's. A framework
 # added later names its own settings here, in one entry.

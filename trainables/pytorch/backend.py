@@ -23,17 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables import environment
-from trainables.config import TrialConfig
+from trainables.config import TrialConfig, ddp_timeout_s
 from trainables.loop import Devices
 from trainables.probe import Build
 from trainables.pytorch import models
 
 AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}  # mixed precision: fp32 weights, 16-bit compute
-# How long a rank waits in a collective for its peers before it fails (torch's own default is 30 minutes).
-# Rank 0 validates between epochs while the others wait at the next step's all-reduce: the bound must
-# exceed a validation pass.
-TIMEOUT_ENV = "SWEEP_DDP_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 1800.0
 
 
 def build() -> Build:
@@ -41,10 +36,6 @@ def build() -> Build:
     cuda = torch.version.cuda
     return Build(version=torch.__version__, gpu_build=cuda is not None, cuda=cuda,
                  archs=tuple(torch.cuda.get_arch_list()) or None, gpus=torch.cuda.device_count() if cuda else 0)
-
-
-def timeout_s() -> float:
-    return float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
 
 
 class MomentumSGD(torch.optim.Optimizer):
@@ -115,7 +106,7 @@ class Backend:
         self.model: nn.Module = self.net
         if self.world > 1:
             dist.init_process_group("nccl" if self.on_gpu else "gloo", init_method="env://",
-                                    timeout=datetime.timedelta(seconds=timeout_s()))
+                                    timeout=datetime.timedelta(seconds=ddp_timeout_s()))
             self.model = nn.parallel.DistributedDataParallel(self.net, device_ids=[0] if self.on_gpu else None)
             self.model.register_comm_hook(None, self._reduce_with_loss_flag)
             self._loss_finite = torch.ones((), device=self.device)  # this rank's, set in each step before backward
