@@ -1,9 +1,12 @@
 """Shared test helpers: the CLI as a real subprocess, small CIFAR-format data sets."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +30,52 @@ def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
     full_env.pop("RAY_ADDRESS", None) if env is None or "RAY_ADDRESS" not in env else None
     return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
+
+
+def trial_workers(session: int | None = None) -> set[int]:
+    """pids of the live TrialWorker processes (the Ray actors that run trials), only those in `session` if given:
+    an embedded Ray keeps its processes in the session of the driver that started it."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"ray::TrialWorker" in (entry / "cmdline").read_bytes() \
+                    and (session is None or os.getsid(int(entry.name)) == session):
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def run_cli_trials_at_once(*args: str, embedded: bool, others: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
+    """run_cli, with the first trial's worker frozen (SIGSTOP) until `others` more trials' workers have started,
+    then let go (SIGCONT). Load can serialise short trials; this way some always run at once, so a check of
+    concurrent trials has something to see. For one-node trials of one worker each (MXNet, TensorFlow);
+    `embedded`: the run starts its own Ray (else it joins a cluster the test made, where no other trial runs)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    session = proc.pid if embedded else None
+    try:
+        deadline = time.time() + timeout
+        while not (first := trial_workers(session)) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        frozen = min(first, default=None)
+        if frozen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGSTOP)
+            try:
+                while len(trial_workers(session) - first) < others and proc.poll() is None and time.time() < deadline:
+                    time.sleep(0.1)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(frozen, signal.SIGCONT)
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.time()))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.fixture(autouse=True)
