@@ -12,10 +12,11 @@ from conftest import run_cli_trials_at_once
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
     tmp = tmp_path_factory.mktemp("smoke")
-    # Its 1-GPU trials (6 of the smoke scale's 10: multi-GPU trials run in the README's first run, tests/test_docs.py),
-    # two at a time on the 2 emulated GPUs (for certain: the first waits for the second's start).
-    out = run_cli_trials_at_once("resnet50_lr_scaling", "--set", "num_gpus=1", "--results", str(tmp / "results"),
-                                 "--data-dir", str(tmp / "no-data"), embedded=True)
+    # Four of the smoke scale's trials: 1 GPU, batch 16 (the whole scale runs in the README's first run,
+    # tests/test_docs.py, on CIFAR-10 data), two at a time on the 2 emulated GPUs (for certain: the first waits
+    # for the second's start).
+    out = run_cli_trials_at_once("resnet50_lr_scaling", "--set", "num_gpus=1", "--set", "batch_per_gpu=16", "--results",
+                                 str(tmp / "results"), "--data-dir", str(tmp / "no-data"), embedded=True)
     runs = sorted((tmp / "results" / "resnet50_lr_scaling").iterdir())
     return out, runs[-1] if runs else None
 
@@ -25,9 +26,9 @@ def test_smoke_sweep_completes_every_trial(smoke_run) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "no GPU found: emulating" in out.stdout
     assert "synthetic data" in out.stdout
-    # The smoke scale's trials at 1 GPU, written out: 2 frameworks x batch 16 and 32 at the linear rule, and
-    # the include entry's fixed lr 0.4 at batch 32.
-    expected = sorted((f, b, lr) for f in ("mxnet", "tensorflow") for b, lr in ((16, 0.025), (32, 0.05), (32, 0.4)))
+    # Those trials, written out: 2 frameworks x lr 0.025 (the linear rule's 0.05 x 16 / 128) and the include entry's
+    # fixed lr 0.4, its batch 32 set to 16.
+    expected = sorted((f, b, lr) for f in ("mxnet", "tensorflow") for b, lr in ((16, 0.025), (16, 0.4)))
     epochs = pd.read_parquet(run_dir / "epochs")
     summary = pd.read_parquet(run_dir / "trials")
     assert sorted(zip(summary.framework, summary.batch_per_gpu, summary.lr)) == expected
