@@ -173,7 +173,7 @@ def test_a_rank_busy_long_after_its_peers_or_alone_fails_the_call_in_the_collect
                 time.sleep(seconds)
                 return seconds
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not the module's cluster
         ranks = [Rank.remote(), Rank.remote()]
         cases = {"pytorch": (("in time", (0, 0.5)), ("behind", (0, 30)), ("alone", (30,))),
                  "mxnet": (("in time", (0, 0.5)), ("behind", (0, 3)))}
