@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from cifar_files import write_cifar10
-from conftest import ROOT, SWEEPS, run_cli, two_node_cluster
+from conftest import ROOT, SWEEPS, run_cli, trial_workers, two_node_cluster
 
 from sweep import store
 
@@ -59,22 +59,6 @@ def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar:
     from sweep import report
     throughput = report.build_report(report.load_run(folder)).throughput.frame
     assert len(throughput) >= 1 and "pytorch" in throughput.to_string()
-
-
-def session_workers(session: int, seen: set[int]) -> list[int]:
-    """pids of the TrialWorker processes of the driver whose session is `session` (Ray's processes stay in
-    the session of the driver that started them), leaving out those already `seen`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in seen:
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-            if "ray::TrialWorker" in cmdline and os.getsid(int(entry.name)) == session:
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return sorted(found)
 
 
 def start_sweep(sweep: Path, results: Path, *options: str, **env: str) -> subprocess.Popen:
@@ -128,14 +112,14 @@ include:
             return int((rows.seed == seed).sum()) if len(rows) else 0
 
         wait_for(lambda: epochs_of(1) >= 1, proc=proc)
-        first = wait_for(lambda: session_workers(proc.pid, set()), proc=proc)
+        first = sorted(wait_for(lambda: trial_workers(proc.pid), proc=proc))
         assert len(first) == 2, first
         os.kill(first[1], signal.SIGKILL)
         killed_at = time.time()
         # Two epochs in: by then the first trial's processes (and any retry of it) have ended, so the
         # TrialWorkers of the session are the second trial's ranks.
         wait_for(lambda: epochs_of(2) >= 2, proc=proc)
-        second = wait_for(lambda: session_workers(proc.pid, set(first)), proc=proc)
+        second = sorted(wait_for(lambda: trial_workers(proc.pid) - set(first), proc=proc))
         assert len(second) == 2, second
         os.kill(second[1], signal.SIGSTOP)
         stopped_at = time.time()
