@@ -145,12 +145,28 @@ def cluster_lost(watch_s: float = 0.0, timeout_s: float = 2.0) -> str | None:
     import ray
 
     address = ray.get_runtime_context().gcs_address
+    if _own_head_running():
+        watch_s = 0.0
     end = time.monotonic() + watch_s
     while True:
         why = probe(address, timeout_s)
         if why or time.monotonic() >= end:
             return why
         time.sleep(0.5)
+
+
+def _own_head_running() -> bool:
+    """Whether this driver started the Ray it is connected to (an embedded Ray: its head's processes are
+    this driver's children) and that head's GCS and raylet both still run. A trial's actor that died then
+    died alone: no need to watch for the head going after it (a watch holds up Tune's loop, every trial's)."""
+    from ray._private import ray_constants
+    from ray._private.worker import global_worker
+
+    node = getattr(global_worker, "node", None)
+    if node is None or not node.head:
+        return False
+    running = {kind for kind, _ in node.live_processes()}
+    return {ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET} <= running
 
 
 def joined_grace() -> float:

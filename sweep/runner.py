@@ -125,6 +125,7 @@ OOM_WORDS = ("out of memory", "failed to allocate")
 
 # Errors of a trial whose process or node went away (Ray's exception types): the cluster's loss, if its GCS
 # stops answering within NODE_LOSS_WATCH_S; the trial's own failure (retried with --max-failures) otherwise.
+# An embedded Ray whose GCS and raylet still run is not going: no watch there (gcs.cluster_lost).
 ACTOR_DEATHS = {"ActorDiedError", "RayActorError", "NodeDiedError", "OwnerDiedError", "WorkerCrashedError",
                 "ActorUnavailableError"}
 NODE_LOSS_WATCH_S = 10.0

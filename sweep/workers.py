@@ -203,6 +203,7 @@ class Group:
         self.workers: list[Any] = []  # TrialWorkers
         self.roles: list[Any] = []  # (RoleProcess, name)
         self.watch: dict[ray.ObjectRef, str] = {}  # each role's wait(): ready means that process ended
+        self.stuck: set[int] = set()  # PyTorch ranks still in a call when the trial failed: stop() waits for no exit of theirs
 
     def _at(self, bundle: int) -> PlacementGroupSchedulingStrategy:
         return PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
@@ -255,7 +256,8 @@ class Group:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait(pending + list(self.watch), num_returns=1, timeout=left)
             if not ready:
-                ranks = ", ".join(str(refs.index(ref)) for ref in pending) if len(refs) > 1 else "0"
+                self.stuck = {refs.index(ref) for ref in pending} if len(refs) > 1 else {0}
+                ranks = ", ".join(map(str, sorted(self.stuck)))
                 raise RankTimedOut(f"rank {ranks} of the trial timed out: still busy {bound:.0f} s (SWEEP_DDP_TIMEOUT_S) "
                                    "after it should have ended, with no peer waiting for it; the trial's workers were stopped")
             if ready[0] in self.watch:
@@ -264,7 +266,10 @@ class Group:
             try:
                 ray.get(ready[0])  # a worker's error (or death) ends the trial here
             except ray.exceptions.RayError as error:
-                raise _cause(error, pending) from None
+                cause = _cause(error, pending)
+                if bound is not None:  # a rank still busy once its peer failed and the grace passed: hung, or soon failing
+                    self.stuck = {refs.index(ref) for ref in pending if not ray.wait([ref], timeout=0)[0]}
+                raise cause from None
             if bound is not None and deadline is None:
                 deadline = time.monotonic() + bound  # the others are one call behind it at most
         return ray.get(refs)
@@ -279,7 +284,10 @@ class Group:
         # in a framework cluster other than PyTorch's (whose every collective is in a step that has returned).
         graceful = (len(self.workers) == 1 and not self.roles) or (ended_well and self.cfg.framework == "pytorch")
         exits = [actor.exit.remote(graceful) for actor in self.workers]
-        ray.wait(exits, num_returns=len(exits), timeout=10)  # each ends with its process: an error, at once
+        # Each ends with its process: an error, at once. A stuck rank may not run exit() at all (frozen, or a
+        # deadlock holding the GIL); ray.kill below ends it as it would after the wait.
+        awaited = [ref for rank, ref in enumerate(exits) if rank not in self.stuck]
+        ray.wait(awaited, num_returns=len(awaited), timeout=10)
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
 
