@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -92,8 +93,9 @@ def test_a_store_it_cannot_reach_or_write_is_one_line_and_exit_2_before_ray_star
         ("cannot read results there (a file, not a folder)", [sweep, "--results", str(a_file)]),
         ("cannot write results there (No such file or directory)", [sweep, "--results", "/proc/no/results"]),
     ]
-    for expected, args in cases:
-        out = run_cli(*args, timeout=120, env=CREDENTIALS)
+    with ThreadPoolExecutor(len(cases)) as pool:  # at once: S3's client retries a refused connection for ~6 s
+        outs = list(pool.map(lambda case: run_cli(*case[1], timeout=120, env=CREDENTIALS), cases))
+    for (expected, args), out in zip(cases, outs):
         assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr[-2000:])
         assert len(out.stderr.strip().splitlines()) == 1 and expected in out.stderr, (args, out.stderr)
         assert "Ray dashboard" not in out.stdout, out.stdout  # refused before Ray started
@@ -142,18 +144,23 @@ fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, ba
     assert list(epochs.epoch) == list(range(8))  # every epoch once
     resumed = epochs[epochs.attempt == 2]
     assert len(resumed) and resumed.epoch.min() >= 2, epochs[["epoch", "attempt"]]  # from the S3 checkpoint
-    status = run_cli("status", str(sweep), "--results", s3_uri, timeout=120, env=CREDENTIALS)
+    # The runs at hand there, looked at four ways at once (each reads only), then deleted.
+    reads = {"status": ["status", str(sweep), "--results", s3_uri],
+             "report": ["report", "remote", "--results", s3_uri, "--out", str(tmp_path / "report")],
+             "runs": ["runs", "--results", s3_uri],
+             "status --run": ["status", str(sweep), "--run", run_dir.name, "--results", s3_uri]}
+    with ThreadPoolExecutor(len(reads)) as pool:
+        outs = dict(zip(reads, pool.map(lambda args: run_cli(*args, timeout=300, env=CREDENTIALS), reads.values())))
+    status = outs["status"]
     assert status.returncode == 0 and "1 done" in status.stdout, status.stdout + status.stderr
-    report = run_cli("report", "remote", "--results", s3_uri, "--out", str(tmp_path / "report"), timeout=300,
-                     env=CREDENTIALS)
+    report = outs["report"]
     assert report.returncode == 0, report.stdout + report.stderr
     assert (tmp_path / "report" / "report.md").is_file()
-    # The runs at hand there: listed, looked at, deleted.
-    listed = run_cli("runs", "--results", s3_uri, timeout=120, env=CREDENTIALS)
+    listed = outs["runs"]
     # Other sweeps' runs share the listing (an engine-made run copied there): the columns are as wide as their names.
     assert listed.returncode == 0 and re.search(rf"^remote\s+{run_dir.name}\b", listed.stdout, re.M), listed
     assert "finished" in listed.stdout, listed
-    status = run_cli("status", str(sweep), "--run", run_dir.name, "--results", s3_uri, timeout=120, env=CREDENTIALS)
+    status = outs["status --run"]
     assert status.returncode == 0 and f"run {run_dir.name} " in status.stdout, status.stdout + status.stderr
     gone = run_cli("rm", "remote", run_dir.name, "--yes", "--results", s3_uri, timeout=120, env=CREDENTIALS)
     assert gone.returncode == 0 and store.run_dirs(results, "remote") == [], gone.stdout + gone.stderr

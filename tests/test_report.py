@@ -12,6 +12,7 @@ import math
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import matplotlib.image
@@ -34,21 +35,25 @@ pytestmark = pytest.mark.slow  # three engine runs (about a minute on an idle tw
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The engine's runs: report_mix (a), report_mix again (b), report_fallback (no data)."""
+    """The engine's runs: report_mix (a), report_mix again (b), report_fallback (no data). The fallback run
+    goes beside the first (another sweep: its own folder); b after a, whose runs share one."""
     tmp = tmp_path_factory.mktemp("report")
     data = write_cifar10(tmp / "data", train_per_file=200, test=500)
     results = tmp / "results"
-    made = {}
-    for key, sweep, extra in (("a", "report_mix.yaml", ["--emulate-gpus", "2", "--skip-infeasible"]),
-                              ("b", "report_mix_again.yaml", []),
-                              ("fallback", "report_fallback.yaml", [])):
+
+    def run(key: str, sweep: str, extra: list[str]) -> Path:
         data_dir = str(data) if key != "fallback" else str(tmp / "no-data")
         out = run_cli(str(SWEEPS / sweep), "--results", str(results), "--data-dir", data_dir, *extra, timeout=900)
         assert out.returncode in (0, 1), out.stdout[-3000:] + out.stderr[-3000:]  # 1: some trials failed, on purpose
         if key == "a":  # failed trials, and TUNE_PRINT_ALL_TRIAL_ERRORS unset: our one line each, not Tune's traceback
             assert "Trial task failed for trial" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
-        name = "report_fallback" if key == "fallback" else "report_mix"
-        made[key] = store.run_dirs(results, name)[-1]
+        return store.run_dirs(results, "report_fallback" if key == "fallback" else "report_mix")[-1]
+
+    with ThreadPoolExecutor(1) as beside:
+        fallback = beside.submit(run, "fallback", "report_fallback.yaml", [])
+        made = {"a": run("a", "report_mix.yaml", ["--emulate-gpus", "3", "--skip-infeasible"])}
+        made["b"] = run("b", "report_mix_again.yaml", [])
+        made["fallback"] = fallback.result()
     made["results"] = results
     return made
 
