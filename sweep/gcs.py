@@ -32,8 +32,9 @@ PROBE_TIMEOUT_S = 4.0
 # with fault tolerance (Redis) may come back within it.
 RAY_RECONNECT_S = 60.0
 GRACE_VARIABLE = "SWEEP_GCS_GRACE_S"  # how long a joined cluster's GCS may be away: RAY_RECONNECT_S by default
-# An embedded Ray's GCS has no fault tolerance: once its port refuses connections, it is gone. A GCS that
-# is there but silent (an overloaded machine) gets longer, still short of Ray's own minute.
+# An embedded Ray's GCS has no fault tolerance: once its port refuses connections, it is gone (at once where
+# the driver sees its process has exited, own_gcs_exited). A GCS that is there but silent (an overloaded
+# machine) gets longer, still short of Ray's own minute.
 EMBEDDED_GONE_S, EMBEDDED_SILENT_S = 10.0, 45.0
 
 
@@ -155,18 +156,31 @@ def cluster_lost(watch_s: float = 0.0, timeout_s: float = 2.0) -> str | None:
         time.sleep(0.5)
 
 
-def _own_head_running() -> bool:
-    """Whether this driver started the Ray it is connected to (an embedded Ray: its head's processes are
-    this driver's children) and that head's GCS and raylet both still run. A trial's actor that died then
-    died alone: no need to watch for the head going after it (a watch holds up Tune's loop, every trial's)."""
+def own_head() -> dict[str, bool] | None:
+    """Where this driver started the Ray it is connected to (an embedded Ray: its head's processes are this
+    driver's children), whether that head's GCS and raylet still run ({"gcs_server": True, "raylet": True});
+    None for a Ray the driver joined, whose processes it cannot see."""
     from ray._private import ray_constants
     from ray._private.worker import global_worker
 
     node = getattr(global_worker, "node", None)
     if node is None or not node.head:
-        return False
+        return None
     running = {kind for kind, _ in node.live_processes()}
-    return {ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET} <= running
+    return {kind: kind in running for kind in (ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET)}
+
+
+def _own_head_running() -> bool:
+    """An embedded Ray whose GCS and raylet both run: a trial's actor that died then died alone, and there is
+    no need to watch for the head going after it (a watch holds up Tune's loop, every trial's)."""
+    head = own_head()
+    return head is not None and all(head.values())
+
+
+def own_gcs_exited() -> bool:
+    """An embedded Ray whose GCS process has exited: gone for certain (it has no fault tolerance)."""
+    head = own_head()
+    return head is not None and not head["gcs_server"]
 
 
 def joined_grace() -> float:
@@ -202,8 +216,10 @@ class Watchdog:
     """
 
     def __init__(self, address: str, gone_s: float, silent_s: float, lost: Callable[[str], None],
-                 interval_s: float = 2.0, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+                 interval_s: float = 2.0, timeout_s: float = PROBE_TIMEOUT_S,
+                 exited: Callable[[], bool] = lambda: False) -> None:
         self.address, self.gone_s, self.silent_s, self.lost = address, gone_s, silent_s, lost
+        self.exited = exited  # True once the GCS's process is known to have ended: refused is then gone at once
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="sweep-gcs-watchdog", daemon=True)
@@ -223,7 +239,7 @@ class Watchdog:
             now = time.monotonic()
             silent_since = None if problem is None else silent_since or now
             refused_since = refused_since or now if refused else None
-            gone = refused_since is not None and now - refused_since >= self.gone_s
+            gone = refused_since is not None and (now - refused_since >= self.gone_s or self.exited())
             if problem and (gone or now - silent_since >= self.silent_s) and not self._stop.is_set():
                 self.lost(problem)
                 return

@@ -74,7 +74,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     # A joined cluster's GCS may come back within Ray's own minute (fault tolerance); an embedded one never does.
     gone, silent = (gcs.joined_grace(),) * 2 if launch.address else (gcs.EMBEDDED_GONE_S, gcs.EMBEDDED_SILENT_S)
     try:
-        with gcs.Watchdog(ray.get_runtime_context().gcs_address, gone, silent, lambda why: _lost(args, launch, opened, why)):
+        with gcs.Watchdog(ray.get_runtime_context().gcs_address, gone, silent, lambda why: _lost(args, launch, opened, why),
+                          exited=gcs.own_gcs_exited):
             return _run(args, launch, cluster, shlex.join(["python", "-m", "sweep", *argv]), opened, here)
     except Exception as e:  # noqa: BLE001 - whatever Ray raised, a cluster gone is said as such
         why = str(e) if isinstance(e, gcs.ClusterLost) else gcs.cluster_lost()
