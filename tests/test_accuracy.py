@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from cifar_files import write_cifar10
 from conftest import ROOT
 
 TEST_IMAGES = 500
+BATCH_PER_GPU = 7
 
 
 @pytest.fixture(scope="module")
@@ -66,17 +68,37 @@ CASES = [("mxnet", n) for n in (1, 2, 3)] + [("pytorch", 1)] + [
     pytest.param(fw, n, marks=pytest.mark.slow) for fw, n in [("tensorflow", 1), ("tensorflow", 2), ("tensorflow", 3), ("pytorch", 2), ("pytorch", 3)]]
 
 
-@pytest.mark.parametrize("framework,devices", CASES)
-def test_accuracies_are_numpy_counts_over_exactly_the_claimed_images(framework: str, devices: int, cifar: Path) -> None:
-    batch_per_gpu = 7
-    global_batch = batch_per_gpu * devices
-    # 2 images past whole batches: the last validation batch has fewer images than there are devices
-    # (on 3), and neither it nor the whole split (500) is a multiple of the batch.
+def limit_of(devices: int) -> int:
+    """2 images past whole batches: the last validation batch has fewer images than there are devices
+    (on 3), and neither it nor the whole split (500) is a multiple of the batch."""
+    global_batch = BATCH_PER_GPU * devices
     limit = 2 * global_batch + 2
     assert TEST_IMAGES % global_batch and limit % global_batch
-    config = {"framework": framework, "num_gpus": devices, "batch_per_gpu": batch_per_gpu}
-    command = [sys.executable, str(ROOT / "tests" / "accuracy_probe.py"), json.dumps(config), str(cifar), "none", str(limit)]
-    checks = probe_pytorch(command, devices) if framework == "pytorch" else probe(command)
+    return limit
+
+
+def run_probe(framework: str, devices: int, cifar: Path) -> list[dict]:
+    config = {"framework": framework, "num_gpus": devices, "batch_per_gpu": BATCH_PER_GPU}
+    command = [sys.executable, str(ROOT / "tests" / "accuracy_probe.py"), json.dumps(config), str(cifar), "none",
+               str(limit_of(devices))]
+    return probe_pytorch(command, devices) if framework == "pytorch" else probe(command)
+
+
+@pytest.fixture(scope="module")
+def probed(request: pytest.FixtureRequest, cifar: Path) -> dict[tuple[str, int], Future]:
+    """The probes of every case this session runs, started at once, two at a time: each is mostly one core's
+    work (a framework's import, then one thread), so two keep both cores busy."""
+    cases = [(item.callspec.params["framework"], item.callspec.params["devices"]) for item in request.session.items
+             if item.originalname == "test_accuracies_are_numpy_counts_over_exactly_the_claimed_images"]
+    pool = ThreadPoolExecutor(2)
+    request.addfinalizer(pool.shutdown)
+    return {case: pool.submit(run_probe, *case, cifar) for case in cases}
+
+
+@pytest.mark.parametrize("framework,devices", CASES)
+def test_accuracies_are_numpy_counts_over_exactly_the_claimed_images(framework: str, devices: int, probed) -> None:
+    checks = probed[(framework, devices)].result()  # a probe's failed assertion is raised here, in its own case
+    global_batch, limit = BATCH_PER_GPU * devices, limit_of(devices)
     assert [c["limit"] for c in checks] == ["none", str(limit)]
     for check, images in zip(checks, (TEST_IMAGES, limit)):
         train_correct, train_images = check["train_ref"]
