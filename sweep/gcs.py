@@ -146,7 +146,7 @@ def cluster_lost(watch_s: float = 0.0, timeout_s: float = 2.0) -> str | None:
     import ray
 
     address = ray.get_runtime_context().gcs_address
-    if _own_head_running():
+    if watch_s and _own_head_running():
         watch_s = 0.0
     end = time.monotonic() + watch_s
     while True:
@@ -156,7 +156,7 @@ def cluster_lost(watch_s: float = 0.0, timeout_s: float = 2.0) -> str | None:
         time.sleep(0.5)
 
 
-def own_head() -> dict[str, bool] | None:
+def _own_head() -> dict[str, bool] | None:
     """Where this driver started the Ray it is connected to (an embedded Ray: its head's processes are this
     driver's children), whether that head's GCS and raylet still run ({"gcs_server": True, "raylet": True});
     None for a Ray the driver joined, whose processes it cannot see."""
@@ -173,13 +173,13 @@ def own_head() -> dict[str, bool] | None:
 def _own_head_running() -> bool:
     """An embedded Ray whose GCS and raylet both run: a trial's actor that died then died alone, and there is
     no need to watch for the head going after it (a watch holds up Tune's loop, every trial's)."""
-    head = own_head()
+    head = _own_head()
     return head is not None and all(head.values())
 
 
 def own_gcs_exited() -> bool:
     """An embedded Ray whose GCS process has exited: gone for certain (it has no fault tolerance)."""
-    head = own_head()
+    head = _own_head()
     return head is not None and not head["gcs_server"]
 
 

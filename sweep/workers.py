@@ -203,7 +203,7 @@ class Group:
         self.workers: list[Any] = []  # TrialWorkers
         self.roles: list[Any] = []  # (RoleProcess, name)
         self.watch: dict[ray.ObjectRef, str] = {}  # each role's wait(): ready means that process ended
-        self.stuck: set[int] = set()  # PyTorch ranks still in a call when the trial failed: stop() waits for no exit of theirs
+        self.stuck: set[int] = set()  # PyTorch ranks still in a call when the trial failed: stop() waits for no exit
 
     def _at(self, bundle: int) -> PlacementGroupSchedulingStrategy:
         return PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
@@ -256,7 +256,7 @@ class Group:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait(pending + list(self.watch), num_returns=1, timeout=left)
             if not ready:
-                self.stuck = {refs.index(ref) for ref in pending} if len(refs) > 1 else {0}
+                self.stuck = {refs.index(ref) for ref in pending}  # a call to rank 0 alone: {0}
                 ranks = ", ".join(map(str, sorted(self.stuck)))
                 raise RankTimedOut(f"rank {ranks} of the trial timed out: still busy {bound:.0f} s (SWEEP_DDP_TIMEOUT_S) "
                                    "after it should have ended, with no peer waiting for it; the trial's workers were stopped")

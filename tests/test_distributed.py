@@ -196,8 +196,8 @@ def test_framework_errors_in_workers_are_rows_and_the_sweep_goes_on(cluster, tmp
     sweep.write_text("""\
 description: "two-node trials whose workers raise their framework's own errors, and a healthy trial"
 fixed: {model: resnet8_cifar, data: synthetic, epochs: 1, steps_per_epoch: 2, warmup_steps: 1, lr: 0.05}
-include:
-  - {framework: tensorflow, nodes: 2, gpus_per_node: 1, batch_per_gpu: 65536, image_size: 1024}  # first: TensorFlow's 10 s retry of the failed allocation overlaps the others
+include:  # TensorFlow's first: its allocator's 10 s retry of the failed allocation overlaps the others
+  - {framework: tensorflow, nodes: 2, gpus_per_node: 1, batch_per_gpu: 65536, image_size: 1024}
   - {framework: mxnet, nodes: 2, gpus_per_node: 1, kvstore: dist_sync, batch_per_gpu: 65536, image_size: 1024}
   - {framework: mxnet, num_gpus: 1, batch_per_gpu: 8}
 """)

@@ -157,7 +157,8 @@ def test_a_lost_head_node_of_a_joined_cluster_is_one_line_and_exit_75(tmp_path: 
     run = store.RunStore(store.run_dirs(results, "node_loss")[-1])
     assert f"--resume {run.meta.run_id}" in out
     # The trials whose actors died with the head are not failures: no summary row, so --resume runs them.
-    assert not [tid for tid, status in run.finished().items() if not status.done], run.trials()[["status", "error_type", "error"]].to_dict("records")
+    assert not [tid for tid, status in run.finished().items() if not status.done], \
+        run.trials()[["status", "error_type", "error"]].to_dict("records")
     # Timed from the head's removal (Ray up long before). The grace asked for is 8 s, the defect Ray's own
     # minute (60 s): the bound leaves the driver 52 s to notice and exit on a loaded machine, and is still
     # short of the minute. The lower bound: it did wait out the grace (its clock starts as the head goes).
