@@ -12,8 +12,8 @@ bundle i go, all started into the trial's placement group so that Ray accounts f
   in study 004) per node, both RoleProcesses; a TrialWorker holding no resources runs the loop as
   ParameterServerStrategy's coordinator, TensorFlow's "chief".
 - PyTorch on several GPUs (one node or several): a TrialWorker per GPU, each with one GPU and its share
-  of the bundle's CPUs, under DistributedDataParallel; torch's env:// rendezvous (MASTER_ADDR and a
-  port rank 0's actor found free, RANK, WORLD_SIZE, LOCAL_RANK) in each one's environment.
+  of the bundle's CPUs, under DistributedDataParallel; torch's env:// rendezvous (MASTER_ADDR and the
+  port of the store rank 0's actor opened, RANK, WORLD_SIZE, LOCAL_RANK) in each one's environment.
 - A one-node trial whose framework has its own environment (sweep/environments.py): one TrialWorker
   (one per GPU for PyTorch), as the trainable runs in the driver's environment.
 
@@ -100,7 +100,7 @@ class RoleProcess:
             self.proc.wait()
 
 
-@ray.remote(max_restarts=0, max_concurrency=2)  # exit() must run while epoch() is blocked
+@ray.remote(max_restarts=0, max_concurrency=2)  # exit() must run while epoch() is blocked (not a PyTorch rank's: Group.worker)
 class TrialWorker:
     """One worker of a data-parallel trial: the shared loop on its node's devices and its slice of each batch."""
 
@@ -108,9 +108,19 @@ class TrialWorker:
         self.devices = Devices.of([str(i) for i in ray.get_gpu_ids()], emulated)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.loop: TrialLoop | None = None
+        self.rendezvous: Any = None  # rank 0 of a PyTorch trial: its open rendezvous store
 
     def free_address(self) -> str:
         return _free_address()
+
+    def torch_rendezvous(self) -> str:
+        """Rank 0 of a PyTorch trial: its node's address and the port of the rendezvous store it opened there,
+        held until its process group takes the store over (trainables.pytorch.backend.open_rendezvous)."""
+        from trainables.pytorch.backend import open_rendezvous
+
+        host = ray.util.get_node_ip_address()
+        self.rendezvous, port = open_rendezvous(host)
+        return f"{host}:{port}"
 
     @plain_errors
     def start(self, trial: dict[str, Any], env: dict[str, str], data_dir: str | None,
@@ -214,7 +224,12 @@ class Group:
         cfg = self.cfg
         resources = {"num_cpus": cfg.cpus, "num_gpus": cfg.gpus_per_node} if with_devices else {"num_cpus": 0}
         if one_gpu:
-            resources = {"num_cpus": cpu_share(cfg.cpus, cfg.gpus_per_node), "num_gpus": 1}
+            # A PyTorch rank runs its calls in its process's main thread (max_concurrency 1). An actor that runs
+            # them on a thread of its own leaves the main thread in Ray's task loop, which wakes every 10 ms to
+            # check for signals (measured: 105 wakeups a second beside the training thread, /proc/PID/task).
+            # No rank's exit() has to overtake a call: stop() waits only for ranks whose calls returned, and
+            # ray.kill ends the others (a PyTorch rank ends on it).
+            resources = {"num_cpus": cpu_share(cfg.cpus, cfg.gpus_per_node), "num_gpus": 1, "max_concurrency": 1}
         actor = TrialWorker.options(**resources, scheduling_strategy=self._at(bundle), **self.env).remote(emulated)
         self.actors.append(actor)
         self.workers.append(actor)
@@ -363,10 +378,10 @@ def _tensorflow_workers(group: Group, workers: list[Any]) -> list[dict[str, str]
 
 
 def _torch_ranks(group: Group, cfg: TrialConfig, workers: list[Any]) -> list[dict[str, str]]:
-    """torch's env:// rendezvous for each rank (node by node, GPU by GPU): rank 0's address and a port free there."""
+    """torch's env:// rendezvous for each rank (node by node, GPU by GPU): rank 0's address and its store's port."""
     if len(workers) == 1:
         return [{}]  # one process: no process group
-    host, port = group.get([workers[0].free_address.remote()])[0].rsplit(":", 1)
+    host, port = group.get([workers[0].torch_rendezvous.remote()])[0].rsplit(":", 1)
     return [{"MASTER_ADDR": host, "MASTER_PORT": port, "RANK": str(rank), "WORLD_SIZE": str(len(workers)),
              "LOCAL_RANK": str(rank % cfg.gpus_per_node), "LOCAL_WORLD_SIZE": str(cfg.gpus_per_node)}
             for rank in range(len(workers))]

@@ -165,3 +165,28 @@ def test_framework_check_trains_a_pytorch_step_and_reads_the_build() -> None:
     # A CPU build on a GPU node: the check's own words.
     assert probe.verdict("pytorch", build, ("NVIDIA H100 80GB HBM3", "sm_90"), None) == \
         f"pytorch {torch.__version__} is a CPU build: no kernels for the NVIDIA H100 80GB HBM3"
+
+
+RENDEZVOUS = """
+import errno, os, socket
+from trainables.pytorch.backend import open_rendezvous
+store, port = open_rendezvous("127.0.0.1")
+try:
+    socket.socket().bind(("127.0.0.1", port))
+    print("taken by another: no")
+except OSError as e:
+    print("taken by another:", "yes" if e.errno == errno.EADDRINUSE else e)
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+print("group on it:", dist.get_world_size())
+os._exit(0)
+"""
+
+
+def test_rank_zeros_rendezvous_port_is_held_until_its_process_group_takes_it_over() -> None:
+    # A port found free and then let go can be taken by another process before rank 0's process group binds it
+    # (a trial failed so, EADDRINUSE): the store rank 0 opens keeps it, and env:// in that process reuses it.
+    proc = subprocess.run([sys.executable, "-c", RENDEZVOUS], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.stdout.splitlines() == ["taken by another: yes", "group on it: 1"], proc.stdout + proc.stderr[-2000:]

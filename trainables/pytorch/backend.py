@@ -3,7 +3,7 @@
 A PyTorch trial on one GPU trains in one process; on n GPUs (on one node or several) it runs as n
 processes, one per GPU, each pinned to its GPU (Ray's CUDA_VISIBLE_DEVICES holds that one), started
 by sweep/workers.py with torch's env:// rendezvous in their environment: MASTER_ADDR, MASTER_PORT,
-RANK, WORLD_SIZE, LOCAL_RANK. The process group is NCCL's on GPUs, gloo's on emulated ones (one CPU
+RANK, WORLD_SIZE, LOCAL_RANK (rank 0's store already open on that port: open_rendezvous). The process group is NCCL's on GPUs, gloo's on emulated ones (one CPU
 process per emulated GPU), with a timeout (SWEEP_DDP_TIMEOUT_S) so that a rank whose peer hangs fails
 the trial within a bounded time.
 
@@ -36,6 +36,18 @@ def build() -> Build:
     cuda = torch.version.cuda
     return Build(version=torch.__version__, gpu_build=cuda is not None, cuda=cuda,
                  archs=tuple(torch.cuda.get_arch_list()) or None, gpus=torch.cuda.device_count() if cuda else 0)
+
+
+def open_rendezvous(host: str) -> tuple[dist.TCPStore, int]:
+    """Rank 0's rendezvous store, listening on a port the kernel gave it: (the store, its port).
+
+    The caller keeps the store until this process's process group is made: env:// then takes over the same
+    server (torch's multi-tenant TCPStore, one per port and process), so no other process can take the port
+    between its choice and the group. A port found free and let go lost that race (a 2-GPU trial failed with
+    EADDRINUSE while three other trials started beside it)."""
+    store = dist.TCPStore(host, 0, is_master=True, multi_tenant=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=ddp_timeout_s()))
+    return store, store.port
 
 
 class MomentumSGD(torch.optim.Optimizer):
