@@ -14,6 +14,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,37 @@ def run_raw(config: dict[str, Any], data_dir: Path | None = None, timeout: float
         raise RuntimeError(f"raw loop failed (rc {proc.returncode}): {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
     epochs = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return Run(trial_steady(epochs), epochs, wall, shlex.join(cmd))
+
+
+IDLE_RAY_SETTLE_S = 10.0  # after its start, before a measured run beside it: the dashboard's modules and prestarted workers up
+
+IDLE_RAY = """import sys
+from sweep import cluster
+ray = cluster.start(None, int(sys.argv[1]), emulated=True)
+print("ready", flush=True)
+sys.stdin.read()  # until the benchmark closes it
+cluster.stop(ray)
+"""
+
+
+@contextmanager
+def idle_ray(num_gpus: int) -> Iterator[None]:
+    """An embedded Ray started as a sweep starts one (sweep.cluster.start: its GCS, raylet, dashboard and its
+    modules, agents, monitors), held idle in a child process while the block runs: the processes a trial's ranks
+    share the machine's cores with, less the trial's own (the driver's Tune loop, the trainable)."""
+    proc = subprocess.Popen([PYTHON, "-c", IDLE_RAY, str(num_gpus)], cwd=ROOT, env=child_env(), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the idle Ray did not start (rc {proc.wait()})")
+        time.sleep(IDLE_RAY_SETTLE_S)
+        yield
+    finally:
+        proc.stdin.close()  # it stops its Ray and exits
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 TORCH_PEER = ROOT / "benchmarks" / "torch_ddp_peer.py"

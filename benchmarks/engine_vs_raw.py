@@ -13,7 +13,12 @@ sides) it runs, alternately, several times:
           the engine's worker group: PyTorch's raw side is the plain DDP program instead (same model,
           batch, threads per process and timed steps; synthetic data only)
 
-and compares steady-state images/s (the loop's own step timer: warm-up steps dropped, mean of
+With --beside-ray each round also runs the raw side once more beside an idle embedded Ray, started as a
+sweep starts one (its dashboard, agents and monitors; _common.idle_ray): the share of the gap that is Ray's
+processes taking the cores from the ranks, not the engine's loop or its trial (see benchmarks/README.md,
+"PyTorch on 2 devices").
+
+It compares steady-state images/s (the loop's own step timer: warm-up steps dropped, mean of
 per-step rates; per trial the step-weighted mean over epochs, as the store's summary row has it).
 Raw figures come from the loop's JSON lines, engine figures from the Parquet the engine wrote
 (RUN_DIR/trials, checked against RUN_DIR/epochs). The order of the two sides flips every round,
@@ -32,6 +37,7 @@ Run (from the repository root):
   .venv/bin/python benchmarks/engine_vs_raw.py --configs 1:synthetic,2:synthetic,1:real,2:real   # ~15-20 min
   .venv/bin/python benchmarks/engine_vs_raw.py --frameworks mxnet --model resnet20_cifar
   .venv/bin/python benchmarks/engine_vs_raw.py --frameworks pytorch --configs 1:synthetic,2:synthetic
+  .venv/bin/python benchmarks/engine_vs_raw.py --frameworks pytorch --configs 2:synthetic --beside-ray --repeats 6
 
 Each engine run starts and stops its own embedded Ray (~15 s of the wall time on 2 cores, outside
 the timed steps), which is why the default matrix is small; --configs gives the full one.
@@ -48,8 +54,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (PYTHON, ROOT, geomean, load_average, machine, median, run_engine, run_raw, run_torch_peer, spread,
-                     sweep_yaml, table, write_cifar_like)
+from _common import (PYTHON, ROOT, Run, geomean, idle_ray, load_average, machine, median, run_engine, run_raw,
+                     run_torch_peer, spread, sweep_yaml, table, write_cifar_like)
 
 GOAL = 0.98
 
@@ -68,6 +74,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--cpus-per-trial", type=int, default=1, help="threads on both sides (default 1)")
     p.add_argument("--repeats", type=int, default=3, help="rounds; each runs every config once on each side")
+    p.add_argument("--beside-ray", action="store_true",
+                   help="also run the raw side beside an idle embedded Ray, as a sweep starts one (a third side)")
     p.add_argument("--keep", action="store_true", help="keep the temp folder (sweep files, Parquet)")
     return p.parse_args(argv)
 
@@ -79,6 +87,11 @@ def trial_config(args: argparse.Namespace, framework: str, num_gpus: int, data: 
         "lr": 0.05, "data": "synthetic" if data == "synthetic" else "cifar10", "val_examples": 128,
         "cpus_per_trial": args.cpus_per_trial, "seed": 0,
     }
+
+
+def raw_side(framework: str, cfg: dict, data_dir: Path | None) -> Run:
+    """The trial without the engine: PyTorch's plain DDP program under torchrun, the others' loop in one process."""
+    return run_torch_peer(cfg) if framework == "pytorch" else run_raw(cfg, data_dir)
 
 
 def check_same(raw_epochs: list[dict], engine_epochs: list[dict], label: str) -> None:
@@ -119,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="engine_vs_raw-"))
     max_global = args.batch_per_gpu * max(g for g, _ in configs)
     data_dir = write_cifar_like(tmp / "cifar", train_images=max_global * args.steps_per_epoch + 5 * 16)
-    results: dict[tuple, dict[str, list[float]]] = {c: {"raw": [], "engine": [], "raw_wall": [], "engine_wall": []}
-                                                    for c in cases}
+    sides = ("raw", "engine", "beside") if args.beside_ray else ("raw", "engine")
+    results: dict[tuple, dict[str, list[float]]] = {c: {k: [] for s in sides for k in (s, s + "_wall")} for c in cases}
     commands: dict[tuple, dict[str, str]] = {}
     for rnd in range(args.repeats):
         for i, case in enumerate(cases):
@@ -128,19 +141,24 @@ def main(argv: list[str] | None = None) -> int:
             cfg = trial_config(args, framework, gpus, data)
             ddir = data_dir if data == "real" else None
             label = f"{framework} {gpus} dev {data}"
-            order = ("raw", "engine") if (rnd + i) % 2 == 0 else ("engine", "raw")
+            turn = (rnd + i) % len(sides)  # each side goes first in turn, so that a drift in load hits all alike
+            order = sides[turn:] + sides[:turn]
             runs = {}
             for side in order:
                 if side == "raw":
-                    runs[side] = run_torch_peer(cfg) if framework == "pytorch" else run_raw(cfg, ddir)
+                    runs[side] = raw_side(framework, cfg, ddir)
+                elif side == "beside":
+                    with idle_ray(gpus):
+                        runs[side] = raw_side(framework, cfg, ddir)
                 else:
                     runs[side] = run_engine(cfg, ddir, tmp / f"engine-{framework}-{gpus}-{data}-{rnd}")
                 results[case][side].append(runs[side].steady)
                 results[case][side + "_wall"].append(runs[side].wall_s)
             check_same(runs["raw"].epochs, runs["engine"].epochs, label)
             commands[case] = {s: r.command for s, r in runs.items()}
+            beside = f"  raw beside Ray {runs['beside'].steady:7.1f}" if args.beside_ray else ""
             print(f"  round {rnd + 1}/{args.repeats} {label:<28} raw {runs['raw'].steady:7.1f}  "
-                  f"engine {runs['engine'].steady:7.1f} img/s  (order {'/'.join(order)}, "
+                  f"engine {runs['engine'].steady:7.1f}{beside} img/s  (order {'/'.join(order)}, "
                   f"threads {runs['raw'].epochs[0]['threads']}, load {load_average()})", flush=True)
 
     rows, ratios = [], {f: [] for f in frameworks}
@@ -150,15 +168,19 @@ def main(argv: list[str] | None = None) -> int:
         ratio = median(r["engine"]) / median(r["raw"])
         ratios[framework].append(ratio)
         paired = median([e / w for e, w in zip(r["engine"], r["raw"])])
+        beside = ([f"{median(r['beside']):.1f}", spread(r["beside"]), f"{median(r['beside']) / median(r['raw']):.3f}",
+                   f"{median(r['engine']) / median(r['beside']):.3f}"] if args.beside_ray else [])
         rows.append([framework, str(gpus), data, f"{median(r['raw']):.1f}", spread(r["raw"]),
                      f"{median(r['engine']):.1f}", spread(r["engine"]), f"{ratio:.3f}", f"{paired:.3f}",
-                     f"{median(r['raw_wall']):.0f}", f"{median(r['engine_wall']):.0f}"])
+                     f"{median(r['raw_wall']):.0f}", f"{median(r['engine_wall']):.0f}", *beside])
     print()
     print(table(["framework", "devices", "data", "raw img/s", "spread", "engine img/s", "spread",
-                 "engine/raw", "paired", "raw wall s", "engine wall s"], rows))
+                 "engine/raw", "paired", "raw wall s", "engine wall s",
+                 *(["raw beside Ray img/s", "spread", "beside/raw", "engine/beside"] if args.beside_ray else [])], rows))
     print("\n(img/s: median over rounds of the trial's steady-state images/s; spread: (max-min)/median; "
           "engine/raw: ratio of medians; paired: median of per-round ratios; wall: whole command incl. "
-          "process and Ray start-up, not part of the ratio)")
+          "process and Ray start-up, not part of the ratio" +
+          ("; beside: the raw side beside an idle embedded Ray, as a sweep starts one)" if args.beside_ray else ")"))
     print()
     worst = 1e9
     for framework in frameworks:

@@ -179,3 +179,26 @@ def test_gpu_torch_yardsticks_engine_side_on_emulated_devices(tmp_path: Path) ->
     ours, command = gpu_yardsticks.run_ours(cells, 1, 2, tmp_path, extra=["--emulate-gpus", "1"], framework="pytorch",
                                             model="resnet8_cifar", image_size=16, cpus_per_trial=1)
     assert set(ours) == {"b4 fp32", "b4 bf16"} and all(v and v > 0 for v in ours.values()), ours
+
+
+@pytest.mark.slow
+def test_idle_ray_holds_an_embedded_ray_with_its_dashboard_for_the_block_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine_vs_raw.py --beside-ray: the Ray the raw side runs beside is a sweep's (GCS, raylet, dashboard),
+    up while the block runs and stopped after it, leaving none of its processes behind."""
+    import psutil
+
+    monkeypatch.setattr(_common, "IDLE_RAY_SETTLE_S", 0.0)
+
+    def ray_processes() -> dict[str, psutil.Process]:
+        found = {}
+        for p in psutil.Process().children(recursive=True):
+            try:
+                found.update({part: p for part in ("gcs_server", "raylet", "dashboard.py") if part in " ".join(p.cmdline())})
+            except psutil.Error:
+                pass
+        return found
+
+    with _common.idle_ray(1):
+        held = ray_processes()
+        assert set(held) == {"gcs_server", "raylet", "dashboard.py"}
+    assert not [name for name, p in held.items() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
