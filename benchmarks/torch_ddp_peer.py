@@ -12,7 +12,7 @@ other frameworks' programs). The rest is plain PyTorch:
   - DDP over the model; torch.optim.SGD with momentum and weight decay; cross-entropy;
   - one synthetic batch made on the device and reused every step, as tf_cnn_benchmarks does;
   - precision fp32 (TF32 off), tf32, bf16 (autocast) or fp16 (autocast + GradScaler); --compile: torch.compile;
-  - channels_last on GPUs (NVIDIA's advice for tensor cores), NCHW on CPUs;
+  - channels_last on GPUs (NVIDIA's advice for tensor cores), NCHW on CPUs; --layout sets either, to measure the choice;
   - each step ends with loss.item(), the host read a training program makes to log its loss (it also
     synchronises the device, so each step's time is the step's).
 
@@ -56,6 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--weight-decay", type=float, default=1e-4)
     p.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), default="fp32")
     p.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
+    p.add_argument("--layout", choices=("auto", "nhwc", "nchw"), default="auto",
+                   help="memory layout: nhwc (channels_last) or nchw (contiguous); auto: nhwc on GPUs, as our backend")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -94,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group("nccl" if on_gpu else "gloo", timeout=datetime.timedelta(minutes=10))
 
     torch.manual_seed(args.seed)
-    layout = torch.channels_last if on_gpu else torch.contiguous_format
+    nhwc = args.layout == "nhwc" or (args.layout == "auto" and on_gpu)
+    layout = torch.channels_last if nhwc else torch.contiguous_format
     net = build(args.model, args.image_size).to(device, memory_format=layout).train()
     model = torch.nn.parallel.DistributedDataParallel(net, device_ids=[local_rank] if on_gpu else None) if world > 1 else net
     if args.compile:
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             "images_per_sec": sum(r["images_per_sec"] for r in ranks),
             "ranks": ranks, "world_size": world, "threads": args.threads, "steady_steps": len(timed),
             "param_count": count_params(net), "model": args.model, "batch_per_gpu": args.batch_per_gpu,
-            "image_size": args.image_size, "precision": args.precision, "compile": args.compile,
+            "image_size": args.image_size, "precision": args.precision, "compile": args.compile, "layout": "NHWC" if nhwc else "NCHW",
             "device": device.type, "torch": torch.__version__}), flush=True)
     if world > 1:  # gloo's threads abort a normal exit at times, even after destroy_process_group() (SIGABRT,
         os._exit(0)  # "terminate called without an active exception", and torchrun fails the run): end at once

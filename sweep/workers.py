@@ -44,7 +44,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from trainables.config import TrialConfig, ddp_timeout_s
 from trainables.failure import plain_errors
-from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, end_epoch
+from trainables.loop import Devices, Report, Shard, TrialLoop, checkpoint_epoch, end_epoch, open_rendezvous
 from trainables.measure import total_over_workers
 
 EXIT_GRACE_S = 2.0  # a worker's process ends this long after Ray's own exit, whatever threads it still runs
@@ -116,10 +116,8 @@ class TrialWorker:
     def torch_rendezvous(self) -> str:
         """Rank 0 of a PyTorch trial: its node's address and the port of the rendezvous store it opened there,
         held until its process group takes the store over (trainables.pytorch.backend.open_rendezvous)."""
-        from trainables.pytorch.backend import open_rendezvous
-
         host = ray.util.get_node_ip_address()
-        self.rendezvous, port = open_rendezvous(host)
+        self.rendezvous, port = open_rendezvous("pytorch", host)
         return f"{host}:{port}"
 
     @plain_errors

@@ -149,7 +149,7 @@ def test_torch_peer_trains_under_torchrun_on_two_processes() -> None:
               "precision": "fp32"}
     run = _common.run_torch_peer(config, timeout=300)
     line = run.epochs[0]
-    assert (line["world_size"], line["steady_steps"], line["threads"]) == (2, 2, 1)
+    assert (line["world_size"], line["steady_steps"], line["threads"], line["layout"]) == (2, 2, 1, "NCHW")  # auto, on CPUs
     assert line["param_count"] == count_params(build("resnet8_cifar", 16))
     assert run.steady == pytest.approx(sum(r["steady_images_per_sec"] for r in line["ranks"])) and run.steady > 0
 

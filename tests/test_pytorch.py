@@ -169,8 +169,8 @@ def test_framework_check_trains_a_pytorch_step_and_reads_the_build() -> None:
 
 RENDEZVOUS = """
 import errno, os, socket
-from trainables.pytorch.backend import open_rendezvous
-store, port = open_rendezvous("127.0.0.1")
+from trainables.loop import open_rendezvous
+store, port = open_rendezvous("pytorch", "127.0.0.1")  # as sweep/workers.py opens it in rank 0's actor
 try:
     socket.socket().bind(("127.0.0.1", port))
     print("taken by another: no")

@@ -81,6 +81,12 @@ def load_backend(cfg: TrialConfig, devices: Devices, image_size: int) -> Backend
     return module.Backend(cfg, devices, image_size)
 
 
+def open_rendezvous(framework: str, host: str) -> tuple[Any, int]:
+    """Rank 0's rendezvous, for a framework whose ranks meet at a store rank 0 holds (PyTorch's, trainables/pytorch/
+    backend.py): (the open store, its port), opened in this process on a port the kernel gives it."""
+    return importlib.import_module(f"trainables.{framework}.backend").open_rendezvous(host)
+
+
 def _emulated_memory(cfg: TrialConfig, devices: Devices) -> EmulatedMemory | None:
     """On emulated devices, the tracker of their memory, started once the framework is imported (so that its
     import is not counted) and before the backend builds anything."""
