@@ -174,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{median(r['engine']):.1f}", spread(r["engine"]), f"{ratio:.3f}", f"{paired:.3f}",
                      f"{median(r['raw_wall']):.0f}", f"{median(r['engine_wall']):.0f}", *beside])
     print()
+    beside_head = ["raw beside Ray img/s", "spread", "beside/raw", "engine/beside"] if args.beside_ray else []
     print(table(["framework", "devices", "data", "raw img/s", "spread", "engine img/s", "spread",
-                 "engine/raw", "paired", "raw wall s", "engine wall s",
-                 *(["raw beside Ray img/s", "spread", "beside/raw", "engine/beside"] if args.beside_ray else [])], rows))
+                 "engine/raw", "paired", "raw wall s", "engine wall s", *beside_head], rows))
     print("\n(img/s: median over rounds of the trial's steady-state images/s; spread: (max-min)/median; "
           "engine/raw: ratio of medians; paired: median of per-round ratios; wall: whole command incl. "
           "process and Ray start-up, not part of the ratio" +

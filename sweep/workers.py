@@ -100,7 +100,8 @@ class RoleProcess:
             self.proc.wait()
 
 
-@ray.remote(max_restarts=0, max_concurrency=2)  # exit() must run while epoch() is blocked (not a PyTorch rank's: Group.worker)
+# exit() must run while epoch() is blocked (not in a PyTorch rank: Group.worker)
+@ray.remote(max_restarts=0, max_concurrency=2)
 class TrialWorker:
     """One worker of a data-parallel trial: the shared loop on its node's devices and its slice of each batch."""
 

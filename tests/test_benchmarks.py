@@ -193,7 +193,8 @@ def test_idle_ray_holds_an_embedded_ray_with_its_dashboard_for_the_block_only(mo
         found = {}
         for p in psutil.Process().children(recursive=True):
             try:
-                found.update({part: p for part in ("gcs_server", "raylet", "dashboard.py") if part in " ".join(p.cmdline())})
+                command = " ".join(p.cmdline())
+                found.update({part: p for part in ("gcs_server", "raylet", "dashboard.py") if part in command})
             except psutil.Error:
                 pass
         return found

@@ -3,9 +3,9 @@
 A PyTorch trial on one GPU trains in one process; on n GPUs (on one node or several) it runs as n
 processes, one per GPU, each pinned to its GPU (Ray's CUDA_VISIBLE_DEVICES holds that one), started
 by sweep/workers.py with torch's env:// rendezvous in their environment: MASTER_ADDR, MASTER_PORT,
-RANK, WORLD_SIZE, LOCAL_RANK (rank 0's store already open on that port: open_rendezvous). The process group is NCCL's on GPUs, gloo's on emulated ones (one CPU
-process per emulated GPU), with a timeout (SWEEP_DDP_TIMEOUT_S) so that a rank whose peer hangs fails
-the trial within a bounded time.
+RANK, WORLD_SIZE, LOCAL_RANK (rank 0's store already open on that port: open_rendezvous). The process
+group is NCCL's on GPUs, gloo's on emulated ones (one CPU process per emulated GPU), with a timeout
+(SWEEP_DDP_TIMEOUT_S) so that a rank whose peer hangs fails the trial within a bounded time.
 
 The optimizer is the other frameworks' SGD (momentum_sgd below), the loss the mean over each rank's
 batch, which DDP's averaging all-reduce turns into the mean over the global batch.
