@@ -11,7 +11,8 @@ other frameworks' programs). The rest is plain PyTorch:
   - one process per device, started by torchrun (env:// rendezvous); gloo on CPUs, NCCL on GPUs;
   - DDP over the model; torch.optim.SGD with momentum and weight decay; cross-entropy;
   - one synthetic batch made on the device and reused every step, as tf_cnn_benchmarks does;
-  - precision fp32 (TF32 off), tf32, bf16 (autocast) or fp16 (autocast + GradScaler); --compile: torch.compile;
+  - precision fp32 (TF32 off), tf32, bf16 (autocast) or fp16 (autocast + GradScaler); --compile: torch.compile
+    over the network, DDP around it (PyTorch's advice; over the DDP module torch 2.13 compiled nothing);
   - channels_last on GPUs (NVIDIA's advice for tensor cores), NCHW on CPUs; --layout sets either, to measure the choice;
   - each step ends with loss.item(), the host read a training program makes to log its loss (it also
     synchronises the device, so each step's time is the step's).
@@ -55,7 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=1e-4)
     p.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), default="fp32")
-    p.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
+    p.add_argument("--compile", action="store_true", help="torch.compile the network (inside DDP)")
     p.add_argument("--layout", choices=("auto", "nhwc", "nchw"), default="auto",
                    help="memory layout: nhwc (channels_last) or nchw (contiguous); auto: nhwc on GPUs, as our backend")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
@@ -99,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     nhwc = args.layout == "nhwc" or (args.layout == "auto" and on_gpu)
     layout = torch.channels_last if nhwc else torch.contiguous_format
     net = build(args.model, args.image_size).to(device, memory_format=layout).train()
-    model = torch.nn.parallel.DistributedDataParallel(net, device_ids=[local_rank] if on_gpu else None) if world > 1 else net
-    if args.compile:
-        model = torch.compile(model)
+    model = torch.compile(net) if args.compile else net  # the network, inside DDP (torch.compile(DDP) compiled nothing)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if on_gpu else None)
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     scaler = torch.amp.GradScaler(device.type) if args.precision == "fp16" else None
     x = torch.rand(args.batch_per_gpu, 3, args.image_size, args.image_size, device=device).contiguous(memory_format=layout)

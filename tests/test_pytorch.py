@@ -96,6 +96,22 @@ def test_two_ranks_train_as_one_process_on_their_global_batch(tmp_path: Path) ->
             np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-6)
 
 
+def test_compiled_ranks_compile_their_step_and_train_as_one_eager_process(tmp_path: Path) -> None:
+    # compile: true on two ranks. torch.compile must compile the step (rows say `compiler: inductor`): over the DDP
+    # module it compiled nothing, and the backend's check after the first step fails such a rank. And the compiled
+    # ranks train as the eager process does: the same losses, weights and velocities after three steps.
+    base = {"framework": "pytorch", "model": "cifar10_conv", "epochs": 1, "lr": 0.1, "weight_decay": 0.01, "seed": 3}
+    lrs = [0.01, 0.01, 0.002]
+    one = run_ranks({**base, "num_gpus": 1, "batch_per_gpu": 8}, tmp_path / "one.npz", lrs, 1)
+    two = run_ranks({**base, "num_gpus": 2, "batch_per_gpu": 4, "compile": True}, tmp_path / "two.npz", lrs, 2,
+                    timeout=600)  # inductor compiles the forward and backward in C++ first
+    assert [s[0] for s in one[0]] == pytest.approx([a[0] + b[0] for a, b in zip(*two)], rel=1e-5)
+    with np.load(tmp_path / "one.npz") as a, np.load(tmp_path / "two.npz") as b:
+        assert len(a.files) == len(b.files) > 2
+        for name in a.files:
+            np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-6)
+
+
 def test_every_rank_sees_a_non_finite_loss_in_the_same_step(tmp_path: Path) -> None:
     # Rank 1's images turn NaN in step 1, rank 0's stay finite: each rank must stop at the same step (a
     # rank that stopped alone would leave the other waiting in the next all-reduce), so both see a NaN

@@ -50,6 +50,15 @@ def open_rendezvous(host: str) -> tuple[dist.TCPStore, int]:
     return store, store.port
 
 
+def check_compiled() -> None:
+    """After a compiled trial's first step: torch.compile did compile graphs in this process. Rows say
+    `compiler: inductor`; a step that Dynamo ran eagerly, graph break after graph break, must not pass for one."""
+    from torch._dynamo.utils import counters
+
+    if not counters["stats"]["unique_graphs"]:
+        raise RuntimeError("torch.compile compiled no graph of the step: it ran eagerly (TORCH_LOGS=graph_breaks says why)")
+
+
 class MomentumSGD(torch.optim.Optimizer):
     """SGD with momentum as MXNet's and Keras' SGD apply it (the other two backends):
 
@@ -115,16 +124,18 @@ class Backend:
         # fp16: dynamic loss scaling (torch's defaults: from 2^16, halved on a non-finite gradient, which skips
         # that step, doubled after 2,000 finite steps).
         self.scaler = torch.amp.GradScaler(self.device.type) if cfg.loss_scaling else None
-        self.model: nn.Module = self.net
+        # torch.compile over the network, and DDP around that: over the DDP module it compiled nothing (torch 2.13:
+        # Dynamo breaks the graph in DDP's forward and the network ran eagerly), and PyTorch's own advice is to
+        # compile the module inside a distributed wrapper. `nn.Module.compile()` compiled nothing either.
+        self.model: nn.Module = torch.compile(self.net) if cfg.compile else self.net
+        self._compile_unchecked = cfg.compile  # until the first step shows that graphs were compiled
         if self.world > 1:
             dist.init_process_group("nccl" if self.on_gpu else "gloo", init_method="env://",
                                     timeout=datetime.timedelta(seconds=ddp_timeout_s()))
-            self.model = nn.parallel.DistributedDataParallel(self.net, device_ids=[0] if self.on_gpu else None)
+            self.model = nn.parallel.DistributedDataParallel(self.model, device_ids=[0] if self.on_gpu else None)
             self.model.register_comm_hook(None, self._reduce_with_loss_flag)
             self._loss_finite = torch.ones((), device=self.device)  # this rank's, set in each step before backward
             self._ranks_finite = torch.full((), float(self.world), device=self.device)  # all ranks', after it
-        if cfg.compile:
-            self.model = torch.compile(self.model)
         self.net.train()
 
     def _reduce_with_loss_flag(self, _, bucket):  # type: ignore[no-untyped-def]
@@ -195,6 +206,9 @@ class Backend:
                 all_finite = self._ranks_finite >= self.world - 0.5
                 stats[0] = torch.where(all_finite, stats[0], torch.full_like(stats[0], float("nan")))
         loss_sum, correct = stats.tolist()  # a host read: the step is synchronised
+        if self._compile_unchecked:
+            self._compile_unchecked = False
+            check_compiled()
         return loss_sum, int(correct), int(y.shape[0])
 
     @torch.no_grad()
