@@ -21,6 +21,10 @@ Run on a GPU machine whose Python has torch (only Ray and the project's small de
   python benchmarks/gpu_torch_yardsticks.py --batches 256 --precisions bf16 --compile on
 
 Without a GPU it stops at once (one line, exit 2): CPU figures of this grid say nothing about GPUs.
+--rehearse runs the same grid here instead, on emulated GPUs with resnet8_cifar at 32 px, so that a GPU session's
+few minutes are not spent finding this script's faults (its figures say nothing about GPUs):
+
+  python benchmarks/gpu_torch_yardsticks.py --rehearse --batches 16 --warmup-steps 3 --steps 10   # ~3 min here
 """
 from __future__ import annotations
 
@@ -96,6 +100,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--cpus-per-trial", type=int, default=8, help="the trial's CPUs (the peer's threads)")
     p.add_argument("--work", type=Path, default=Path("/tmp/gpu_torch_yardsticks"))
+    p.add_argument("--rehearse", action="store_true",
+                   help="no GPU needed: the grid on emulated GPUs with resnet8_cifar at 32 px, to check the script")
     return p.parse_args(argv)
 
 
@@ -103,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     from trainables.environment import real_gpu_count
 
     args = parse_args(argv)
-    if real_gpu_count() == 0:
+    if args.rehearse:
+        network, device = {"model": "resnet8_cifar", "image_size": 32}, "cpu"
+        args.cpus_per_trial = 1  # an emulated GPU's trial: the engine's default, one thread on each side
+    else:
+        network, device = {"model": "resnet50_v1"}, "cuda"
+    if not args.rehearse and real_gpu_count() == 0:
         print("gpu_torch_yardsticks: no GPU here (nvidia-smi lists none): this benchmark measures GPUs only",
               file=sys.stderr)
         return 2
@@ -113,22 +124,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_torch_yardsticks: unknown precision or compile value {bad[0]!r}", file=sys.stderr)
         return 2
     cells = grid([int(b) for b in args.batches.split(",")], precisions, [COMPILE[c] for c in compiles])
-    print(f"gpu_torch_yardsticks: {len(cells)} cells, {args.warmup_steps} warm-up + {args.steps} timed steps; "
+    print(f"gpu_torch_yardsticks{' (a rehearsal on emulated GPUs: its figures say nothing about GPUs)' if args.rehearse else ''}: "
+          f"{network['model']}, {len(cells)} cells, {args.warmup_steps} warm-up + {args.steps} timed steps; "
           f"machine: {machine()}; load {load_average()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     plain: dict[str, float | None] = {}
     for cell in cells:
         try:
-            run = run_torch_peer(peer_config(cell, args.warmup_steps, args.steps, args.cpus_per_trial), device="cuda",
-                                 timeout=3600)
+            run = run_torch_peer(peer_config(cell, args.warmup_steps, args.steps, args.cpus_per_trial, **network),
+                                 device=device, timeout=3600)
             plain[cell.label] = run.steady
             print(f"  plain {cell.label}: {run.steady:,.1f}  ({run.command})", flush=True)
         except RuntimeError as failed:  # an out-of-memory cell, say: it reads "none" in the table
             plain[cell.label] = None
             print(f"  plain {cell.label}: failed: {str(failed)[-300:]}", flush=True)
     ours, command = run_ours(cells, args.warmup_steps, args.steps, args.work, framework="pytorch",
-                             cpus_per_trial=args.cpus_per_trial)
+                             cpus_per_trial=args.cpus_per_trial, **network)
     print(f"  ours: {command}  (the sweep file: {shlex.quote(str(args.work / 'gpu_yardsticks.yaml'))})")
     print(table(cells, plain, ours))
+    if args.rehearse:  # here every cell must run: a fault found now is one a GPU session does not pay for
+        failed = [c.label for c in cells if plain.get(c.label) is None or ours.get(c.label) is None]
+        print(f"rehearsal: {len(cells) - len(failed)} of {len(cells)} cells ran on both sides"
+              + (f"; failed: {', '.join(failed)} (the rows: {args.work / 'results'})" if failed else ""))
+        return 1 if failed else 0
     print(best_against_published(cells, ours))
     return 0
 
