@@ -5,9 +5,11 @@ An estimate comes from the store's earlier runs on the same hardware (every swee
             median of those wall times; uncertainty: their spread (max |x - median| / median), or with
             one run the spread repeated trials showed on this hardware.
   model     otherwise its model's cost (FLOPs x images / GPUs, `model_cost`) at the rate the earlier
-            trials on this hardware trained, plus their framework's overhead per trial (start-up,
-            validation, checkpoints: wall time beyond training); uncertainty: that model's own error
-            on those trials, each predicted from the others (leave one out).
+            trials on this hardware trained with its arithmetic (framework, precision, compiler: an fp16
+            trial is not timed like its tf32 twin; where none such was measured, a wider class's rate,
+            and the basis says so), plus their framework's overhead per trial (start-up, validation,
+            checkpoints: wall time beyond training); uncertainty: that model's own error on those
+            trials, each predicted from the others (leave one out).
   none      no earlier run on this hardware: no time; trials are still ordered by relative cost.
 Hardware is the device kind and model: the GPU model for GPUs (`NVIDIA H100 80GB HBM3` and Ray's `H100`
 name the same), the CPU model for emulated GPUs. Only trials that completed in one attempt count.
@@ -239,29 +241,59 @@ class Guess:
     basis: str  # the same in words
 
 
+def arithmetic(c: TrialConfig) -> tuple[str, str, bool]:
+    """What sets a trial's seconds per unit of model cost on given hardware, beyond its network and batch: its
+    framework, its precision and whether its step was compiled (an fp16 ResNet-50 trains ~2.5x as fast as its
+    tf32 twin on an H100: ../shared/GPU.md, tf_cnn_benchmarks)."""
+    return c.framework, c.precision, c.compile
+
+
+def _arithmetic_words(key: tuple) -> str:
+    """A rate's class in words: `pytorch fp16 compiled`, `bf16` (any framework), `every trial`."""
+    if not key:
+        return "every trial"
+    *framework, precision, compiled = key
+    return " ".join([*framework, precision, *(["compiled"] if compiled else [])])
+
+
 @dataclass(frozen=True)
 class CostFit:
-    """wall seconds = overhead(framework) + rate x model_cost: fitted on the measured trials of one hardware."""
+    """wall seconds = overhead(framework) + rate x model_cost: fitted on the measured trials of one hardware.
 
-    rate: float  # training seconds per unit of model cost
+    The rate is that of the trials measured with the same arithmetic (framework, precision, compiler); where
+    none was, of those with the same precision and compiler in any framework; where none was either, of all."""
+
+    rates: dict[tuple, float]  # training seconds per unit of model cost: by arithmetic(), by its last two, () for all
     overhead: dict[str, float]  # framework -> median seconds of a trial beyond its training
     default_overhead: float  # for a framework not measured yet
 
+    def rate(self, trial: TrialConfig) -> tuple[float, tuple]:
+        """The trial's rate and the class it was measured on (arithmetic(trial), or a wider one)."""
+        full = arithmetic(trial)
+        key = next(k for k in (full, full[1:], ()) if k in self.rates)
+        return self.rates[key], key
+
     def predict(self, trial: TrialConfig) -> float:
-        return self.overhead.get(trial.framework, self.default_overhead) + self.rate * model_cost(trial)
+        return self.overhead.get(trial.framework, self.default_overhead) + self.rate(trial)[0] * model_cost(trial)
 
     @classmethod
     def of(cls, points: Sequence[Measurement]) -> CostFit | None:
-        """Medians, so that one odd trial moves nothing: the rate from training times, the overhead from the rest."""
+        """Medians, so that one odd trial moves nothing: the rates from training times, the overhead from the rest."""
         if not points:
             return None
-        timed = [p.train_s / model_cost(p.config) for p in points if p.train_s]
-        rate = statistics.median(timed) if timed else statistics.median(p.wall_s / model_cost(p.config) for p in points)
-        beyond = {}
+        timed = [p for p in points if p.train_s] or points  # wall times only where no trial's training was timed
+        by_class: dict[tuple, list[float]] = {}
+        for p in timed:
+            per_unit = (p.train_s if p.train_s else p.wall_s) / model_cost(p.config)
+            full = arithmetic(p.config)
+            for key in (full, full[1:], ()):
+                by_class.setdefault(key, []).append(per_unit)
+        fit = cls({key: statistics.median(values) for key, values in by_class.items()}, {}, 0.0)
+        beyond: dict[str, list[float]] = {}
         for p in points:
-            beyond.setdefault(p.config.framework, []).append(max(0.0, p.wall_s - rate * model_cost(p.config)))
+            beyond.setdefault(p.config.framework, []).append(max(0.0, p.wall_s - fit.rate(p.config)[0] * model_cost(p.config)))
         overhead = {fw: statistics.median(values) for fw, values in beyond.items()}
-        return cls(rate, overhead, statistics.median(v for values in beyond.values() for v in values))
+        return cls(fit.rates, overhead, statistics.median(v for values in beyond.values() for v in values))
 
 
 def _one_per_trial(found: Sequence[Measurement]) -> list[Measurement]:
@@ -326,6 +358,11 @@ class Estimator:
         if (trial.framework, trial.model) not in self.measured_models:  # the error above was measured on other networks
             return Guess(self.fit.predict(trial), "model", trials, None,
                          f"{basis}, none of them {trial.framework} {trial.model} (error unknown)")
+        _, measured_as = self.fit.rate(trial)
+        if measured_as != arithmetic(trial):  # its precision or compiler ran at another speed than the trials measured
+            return Guess(self.fit.predict(trial), "model", trials, None,
+                         f"{basis}, none of them {_arithmetic_words(arithmetic(trial))}: at the rate of "
+                         f"{_arithmetic_words(measured_as)} (error unknown)")
         error = f"; its error on them +-{self.model_error:.0%}" if self.model_error is not None else ""
         return Guess(self.fit.predict(trial), "model", trials, self.model_error, basis + error)
 

@@ -1,6 +1,8 @@
 """The estimator's arithmetic on given measurements (the store's side, with runs the engine made: test_plan.py)."""
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from sweep.estimates import CostFit, Estimator, Hardware, History, Measurement, model_cost
@@ -40,7 +42,7 @@ def test_an_unmeasured_trial_is_the_model_at_the_measured_rate_plus_its_framewor
     rate = 4.0 / model_cost(small)  # 4 s of training, 2 s beyond it (start-up, validation)
     found = [measured(small, 6.0, 4.0), measured(big, 2.0 + rate * model_cost(big), rate * model_cost(big))]
     fit = CostFit.of(found)
-    assert fit.rate == pytest.approx(rate) and fit.overhead == {"mxnet": pytest.approx(2.0)}
+    assert fit.rate(small) == (pytest.approx(rate), ("mxnet", "tf32", False)) and fit.overhead == {"mxnet": pytest.approx(2.0)}
     estimator = Estimator(History(found, []), CPU)
     middle = config(batch=32)
     guess = estimator.guess(middle)
@@ -58,3 +60,30 @@ def test_the_models_error_is_measured_leaving_each_trial_out() -> None:
     found = [measured(t, 1.0 + rate * model_cost(t) * k, rate * model_cost(t) * k) for t, k in ((a, 1), (b, 2), (c, 1))]
     estimator = Estimator(History(found, []), CPU)
     assert estimator.model_error is not None and estimator.model_error > 0.2
+
+
+def test_precisions_and_compilers_are_timed_at_their_own_rates() -> None:
+    # On one GPU an fp16 trial trained 2.5x as fast as its tf32 twin, and tf32 compiled 1.5x: an unmeasured trial
+    # (another batch, so another id) of each is timed at its own rate, not at the rate of all trials.
+    tf = dict(framework="tensorflow")
+    base = 10.0 / model_cost(config(batch=16, **tf))  # 10 s of training, 3 s beyond it
+    rates = {config(batch=16, **tf): base, config(batch=16, precision="fp16", **tf): base / 2.5,
+             config(batch=16, compile=True, **tf): base / 1.5, config(batch=16, framework="pytorch"): base * 0.8}
+    found = [measured(c, 3.0 + r * model_cost(c), r * model_cost(c), H100) for c, r in rates.items()]
+    estimator = Estimator(History(found, []), H100)
+    for twin, rate in ((dict(), base), (dict(precision="fp16"), base / 2.5), (dict(compile=True), base / 1.5)):
+        trial = config(batch=64, **tf, **twin)
+        guess = estimator.guess(trial)
+        assert guess.source == "model" and guess.seconds == pytest.approx(3.0 + rate * model_cost(trial)), twin
+        assert "none of them" not in guess.basis and guess.uncertainty is not None
+    # fp16 measured in TensorFlow only: a PyTorch fp16 trial at fp16's rate, said so, its error unknown.
+    torch_fp16 = config(batch=64, framework="pytorch", precision="fp16")
+    guess = estimator.guess(torch_fp16)
+    assert guess.seconds == pytest.approx(3.0 + base / 2.5 * model_cost(torch_fp16)) and guess.uncertainty is None
+    assert "none of them pytorch fp16: at the rate of fp16" in guess.basis
+    # bf16 never measured here: the rate of every trial (the median of the four), said so.
+    bf16 = config(batch=64, precision="bf16", **tf)
+    guess = estimator.guess(bf16)
+    every = statistics.median(rates.values())
+    assert guess.seconds == pytest.approx(3.0 + every * model_cost(bf16)) and guess.uncertainty is None
+    assert "none of them tensorflow bf16: at the rate of every trial" in guess.basis
