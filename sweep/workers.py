@@ -30,6 +30,7 @@ import ctypes
 import json
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -58,11 +59,40 @@ class RankTimedOut(RuntimeError):
     """A rank of a PyTorch trial still busy with a call the process group's timeout after it should have ended."""
 
 
-def _free_address() -> str:
-    """This node's address and a port free on it, for a framework's own cluster spec."""
+RAY_WORKER_PORTS_END = 20_000  # Ray gives its workers ports from 10002 to 19999 (`ray start`'s defaults)
+
+
+def ephemeral_ports() -> range:
+    """The kernel's range for ports it picks itself: bind(0), and the local end of every outgoing connection."""
+    try:
+        low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_address() -> str:
+    """This node's address and a port free on it, for a framework's own cluster spec (TF_CONFIG, MXNet's scheduler).
+
+    Drawn at random between Ray's worker ports and the kernel's ephemeral range, not found by bind(0): the kernel
+    hands ports of that range to every new connection (Ray's, gloo's), so a port found free there and let go can
+    be a connection's before the framework binds it (a PyTorch rank's port was taken so: EADDRINUSE). Outside it
+    only another explicit choice can take it. A random source of its own: a trial may have seeded `random`."""
+    choices = range(RAY_WORKER_PORTS_END, ephemeral_ports().start)
+    port = next((p for p in random.SystemRandom().sample(choices, min(64, len(choices))) if _bindable(p)), None)
+    if port is None:  # a kernel whose ephemeral range leaves no room below it: the kernel's pick
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
     return f"{ray.util.get_node_ip_address()}:{port}"
 
 

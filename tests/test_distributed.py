@@ -70,6 +70,17 @@ def test_total_over_workers_sums_throughput_and_waits_for_the_slowest() -> None:
     assert not total["diverged"] and total_over_workers([row, {**other, "diverged": True}])["diverged"]
 
 
+def test_framework_ports_are_drawn_outside_the_kernels_own_range() -> None:
+    # TF_CONFIG's and MXNet's scheduler ports: a port the kernel picked (bind(0)) and let go is one it may give
+    # the next outgoing connection before the framework binds it; ours come from between Ray's worker ports and
+    # that range, at random (two trials asking at once get different ports), each free when drawn.
+    from sweep.workers import RAY_WORKER_PORTS_END, _free_address, ephemeral_ports
+
+    ports = [int(_free_address().rsplit(":", 1)[1]) for _ in range(20)]
+    assert all(RAY_WORKER_PORTS_END <= p < ephemeral_ports().start for p in ports), ports
+    assert len(set(ports)) > 15
+
+
 @pytest.mark.slow
 def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar: Path, tmp_path: Path) -> None:
     results = tmp_path / "results"
