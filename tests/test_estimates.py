@@ -67,7 +67,7 @@ def test_precisions_and_compilers_are_timed_at_their_own_rates() -> None:
     # (another batch, so another id) of each is timed at its own rate, not at the rate of all trials.
     tf = dict(framework="tensorflow")
     base = 10.0 / model_cost(config(batch=16, **tf))  # 10 s of training, 3 s beyond it
-    rates = {config(batch=16, **tf): base, config(batch=16, precision="fp16", **tf): base / 2.5,
+    rates = {config(batch=16, **tf): base, config(batch=32, **tf): base, config(batch=16, precision="fp16", **tf): base / 2.5,
              config(batch=16, compile=True, **tf): base / 1.5, config(batch=16, framework="pytorch"): base * 0.8}
     found = [measured(c, 3.0 + r * model_cost(c), r * model_cost(c), H100) for c, r in rates.items()]
     estimator = Estimator(History(found, []), H100)
@@ -75,7 +75,11 @@ def test_precisions_and_compilers_are_timed_at_their_own_rates() -> None:
         trial = config(batch=64, **tf, **twin)
         guess = estimator.guess(trial)
         assert guess.source == "model" and guess.seconds == pytest.approx(3.0 + rate * model_cost(trial)), twin
-        assert "none of them" not in guess.basis and guess.uncertainty is not None
+        assert "none of them" not in guess.basis and guess.uncertainty == pytest.approx(0.0)
+    # The model's error is measured on the tf32 pair alone, each predicted from the other at tf32's rate: an
+    # fp16 trial left out would be predicted at another arithmetic's rate, an error no estimate above makes.
+    assert estimator.model_error == pytest.approx(0.0)
+    assert Estimator(History([m for m in found if m.config.batch_per_gpu == 16], []), H100).model_error is None
     # fp16 measured in TensorFlow only: a PyTorch fp16 trial at fp16's rate, said so, its error unknown.
     torch_fp16 = config(batch=64, framework="pytorch", precision="fp16")
     guess = estimator.guess(torch_fp16)
