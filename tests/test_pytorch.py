@@ -96,6 +96,7 @@ def test_two_ranks_train_as_one_process_on_their_global_batch(tmp_path: Path) ->
             np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # inductor compiles each rank's step in C++ first: ~20 s
 def test_compiled_ranks_compile_their_step_and_train_as_one_eager_process(tmp_path: Path) -> None:
     # compile: true on two ranks. torch.compile must compile the step (rows say `compiler: inductor`): over the DDP
     # module it compiled nothing, and the backend's check after the first step fails such a rank. And the compiled
