@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -65,7 +66,7 @@ RAY_WORKER_PORTS_END = 20_000  # Ray gives its workers ports from 10002 to 19999
 def ephemeral_ports() -> range:
     """The kernel's range for ports it picks itself: bind(0), and the local end of every outgoing connection."""
     try:
-        low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     except (OSError, ValueError):
         low, high = 32768, 60999  # Linux's default
     return range(low, high + 1)
