@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         window += t1 - t0
         for pid, n in ticks.items():
             if n and pid != os.getpid():
-                used[(pid, names[pid][:100])] += n / TICK  # a rank's name changes with its call: keyed by pid too
+                used[(pid, names[pid])] += n / TICK  # a rank's name changes with its call: keyed by pid too
     if not window:
         print(f"cpu_share: the ranks ({', '.join(ranks)}) never used {args.busy} cores together (exit {proc.returncode})")
         return 1
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         names.setdefault(pid, name)
     print(f"window: {window:.1f} s in which the ranks used >= {args.busy} cores; share of one core per process:")
     for pid, seconds in by_pid.most_common(args.top):
-        print(f"  {100 * seconds / window:6.2f}%  {pid:>7}  {names[pid]}")
+        print(f"  {100 * seconds / window:6.2f}%  {pid:>7}  {' '.join(names[pid].split())[:100]}")
     is_rank = {pid: any(r in names[pid] for r in ranks) for pid in by_pid}
     rank_share = sum(s for pid, s in by_pid.items() if is_rank[pid]) / window
     other_share = sum(s for pid, s in by_pid.items() if not is_rank[pid]) / window
