@@ -109,15 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     from trainables.environment import real_gpu_count
 
     args = parse_args(argv)
-    if args.rehearse:
-        network, device = {"model": "resnet8_cifar", "image_size": 32}, "cpu"
-        args.cpus_per_trial = 1  # an emulated GPU's trial: the engine's default, one thread on each side
-    else:
-        network, device = {"model": "resnet50_v1"}, "cuda"
-    if not args.rehearse and real_gpu_count() == 0:
+    if args.rehearse:  # an emulated GPU's trial: the engine's default, one thread on each side
+        network, device, cpus = {"model": "resnet8_cifar", "image_size": 32}, "cpu", 1
+    elif real_gpu_count() == 0:
         print("gpu_torch_yardsticks: no GPU here (nvidia-smi lists none): this benchmark measures GPUs only",
               file=sys.stderr)
         return 2
+    else:
+        network, device, cpus = {"model": "resnet50_v1"}, "cuda", args.cpus_per_trial
     precisions = [p.strip() for p in args.precisions.split(",")]
     compiles = [c.strip() for c in args.compile.split(",")]
     if bad := [p for p in precisions if p not in PRECISIONS] + [c for c in compiles if c not in COMPILE]:
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     plain: dict[str, float | None] = {}
     for cell in cells:
         try:
-            run = run_torch_peer(peer_config(cell, args.warmup_steps, args.steps, args.cpus_per_trial, **network),
+            run = run_torch_peer(peer_config(cell, args.warmup_steps, args.steps, cpus, **network),
                                  device=device, timeout=3600)
             plain[cell.label] = run.steady
             print(f"  plain {cell.label}: {run.steady:,.1f}  ({run.command})", flush=True)
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             plain[cell.label] = None
             print(f"  plain {cell.label}: failed: {str(failed)[-300:]}", flush=True)
     ours, command = run_ours(cells, args.warmup_steps, args.steps, args.work, framework="pytorch",
-                             cpus_per_trial=args.cpus_per_trial, **network)
+                             cpus_per_trial=cpus, **network)
     print(f"  ours: {command}  (the sweep file: {shlex.quote(str(args.work / 'gpu_yardsticks.yaml'))})")
     print(table(cells, plain, ours))
     if args.rehearse:  # here every cell must run: a fault found now is one a GPU session does not pay for

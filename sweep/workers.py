@@ -72,13 +72,14 @@ def ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
-def _bindable(port: int) -> bool:
+def _bound_port(port: int) -> int | None:
+    """The port a socket bound to `port` (0: one the kernel picks) got, let go at once; None where it was taken."""
     with socket.socket() as s:
         try:
             s.bind(("", port))
         except OSError:
-            return False
-    return True
+            return None
+        return s.getsockname()[1]
 
 
 def _free_address() -> str:
@@ -89,11 +90,8 @@ def _free_address() -> str:
     be a connection's before the framework binds it (a PyTorch rank's port was taken so: EADDRINUSE). Outside it
     only another explicit choice can take it. A random source of its own: a trial may have seeded `random`."""
     choices = range(RAY_WORKER_PORTS_END, ephemeral_ports().start)
-    port = next((p for p in random.SystemRandom().sample(choices, min(64, len(choices))) if _bindable(p)), None)
-    if port is None:  # a kernel whose ephemeral range leaves no room below it: the kernel's pick
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
+    drawn = (_bound_port(p) for p in random.SystemRandom().sample(choices, min(64, len(choices))))
+    port = next((p for p in drawn if p), None) or _bound_port(0)  # no room below the range: the kernel's pick
     return f"{ray.util.get_node_ip_address()}:{port}"
 
 
