@@ -59,6 +59,7 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     fig["val_acc"] = fig["final_val_acc"]
     # Study 000's "maximum memory" is nvidia-smi's, summed over the GPUs of the run.
     fig["device_mem_mib"] = [sum(m) if m is not None and len(m) else math.nan for m in fig["peak_device_mem_mib"]]
+    fig["nodes"] = fig["nodes"].fillna(1).astype(int) if "nodes" in fig else 1  # runs stored before `nodes`: one
     fig = fig.sort_values(["framework", "model", "batch_per_gpu", "data_kind", "lr_setting", "num_gpus", "lr"],
                           kind="stable").reset_index(drop=True)
     fig["speed_group"] = group_labels(fig, SPEED_KEY)
@@ -145,10 +146,13 @@ def provenance(rows: pd.DataFrame, run_label: str) -> str:
 def scaling(figures: pd.DataFrame) -> pd.DataFrame:
     """Images/s, speedup and efficiency per speed group and GPU count (long form).
 
-    images/s of a cell is the mean over its usable trials: several where they differ only in settings
-    that do not change a step's speed (lr, its schedule, the seed: `pooled` names which). speedup(n) =
-    images/s(n) / images/s(1) within the group, efficiency = speedup / n. Where the group has no usable
-    1-GPU trial, speedup and efficiency stay empty and `baseline` says why.
+    A cell is a GPU count on a node count: 2 GPUs on one node and 2 GPUs on two nodes (one each, their
+    all-reduce over the network) are two cells, never one mean; `gpus` labels a cell ("2 on 2 nodes" where
+    the run has a GPU count on several node counts, else the count). images/s of a cell is the mean over
+    its usable trials: several where they differ only in settings that do not change a step's speed (lr,
+    its schedule, the seed: `pooled` names which). speedup(n) = images/s(n) / images/s(1) within the group,
+    efficiency = speedup / n. Where the group has no usable 1-GPU trial, speedup and efficiency stay empty
+    and `baseline` says why.
     """
     rows = []
     for group, trials in figures.groupby("speed_group", sort=False):
@@ -161,13 +165,13 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
             baseline = "no 1-GPU trial"
         else:
             baseline = "1-GPU trial " + "/".join(sorted({status_label(s) for s in one["status"]}))
-        for num_gpus, cell in trials.groupby("num_gpus"):
+        for (num_gpus, nodes), cell in trials.groupby(["num_gpus", "nodes"]):
             ok = cell[cell.index.isin(usable.index)]
             rate = ok["images_per_sec"].mean() if len(ok) else math.nan
             speedup = rate / base if pd.notna(rate) and pd.notna(base) else math.nan
             rows.append({
                 "speed_group": group, **{k: cell.iloc[0][k] for k in SPEED_KEY},
-                "num_gpus": int(num_gpus), "trials": len(ok),
+                "num_gpus": int(num_gpus), "nodes": int(nodes), "trials": len(ok),
                 "status": "ok" if len(ok) else "/".join(sorted({status_label(s) for s in cell["status"]})),
                 "images_per_sec": rate,
                 "images_per_sec_source": "/".join(sorted(set(ok["images_per_sec_source"].dropna()))) or None,
@@ -175,5 +179,16 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
                 "baseline": baseline,
                 "pooled": ", ".join(c for c in POOLED if ok[c].astype(str).nunique() > 1),
             })
-    return pd.DataFrame(rows)
+    long = pd.DataFrame(rows)
+    if not long.empty:
+        long["gpus"] = gpu_labels(long)
+    return long
+
+
+def gpu_labels(cells: pd.DataFrame) -> list[Any]:
+    """Each cell's GPU count as the tables' rows name it: the count, or "N on K node(s)" where the frame
+    has that count on several node counts."""
+    spread = cells.groupby("num_gpus")["nodes"].transform("nunique") > 1
+    return [f"{n} on {k} node{'s' if k > 1 else ''}" if several else int(n)
+            for n, k, several in zip(cells["num_gpus"], cells["nodes"], spread)]
 

@@ -38,7 +38,7 @@ def plot_throughput(long: pd.DataFrame, emulated: bool) -> Figure:
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax = fig.add_subplot()
     for group, cells in long.groupby("speed_group", sort=False):
-        cells = cells[cells["images_per_sec"].notna()].sort_values("num_gpus")
+        cells = cells[cells["images_per_sec"].notna()].sort_values(["num_gpus", "nodes"])
         if cells.empty:
             continue
         (line,) = ax.plot(cells["num_gpus"], cells["images_per_sec"], marker="o", label=group)
@@ -54,7 +54,7 @@ def plot_efficiency(long: pd.DataFrame, emulated: bool) -> Figure:
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax = fig.add_subplot()
     for group, cells in long.groupby("speed_group", sort=False):
-        cells = cells[cells["efficiency"].notna()].sort_values("num_gpus")
+        cells = cells[cells["efficiency"].notna()].sort_values(["num_gpus", "nodes"])
         if cells["num_gpus"].nunique() > 1:  # a group with its 1-GPU point alone is 100% by definition: no line
             ax.plot(cells["num_gpus"], 100 * cells["efficiency"], marker="o", label=group)
     ax.axhline(100, linestyle=":", color="gray", label="ideal (100%)")

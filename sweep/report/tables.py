@@ -30,14 +30,14 @@ class Table:
 
 def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
     """Study 004: rows images/s, speedup, efficiency for each GPU count; a column per speed group."""
-    gpu_counts = sorted(long["num_gpus"].unique())
+    gpus = gpu_rows(long)
     groups = list(dict.fromkeys(long["speed_group"]))
-    index = pd.MultiIndex.from_tuples([(m, int(n)) for m in ("images/s", "speedup", "efficiency") for n in gpu_counts],
+    index = pd.MultiIndex.from_tuples([(m, n) for m in ("images/s", "speedup", "efficiency") for n in gpus],
                                       names=["", "GPUs"])
     frame = pd.DataFrame(NO_TRIAL, index=index, columns=groups, dtype=object)
-    cells = long.set_index(["speed_group", "num_gpus"])
-    for (group, num_gpus), cell in cells.iterrows():
-        frame.loc[("images/s", num_gpus), group] = cell["images_per_sec"] if cell["trials"] else cell["status"]
+    for _, cell in long.iterrows():
+        group, gpus_row = cell["speed_group"], cell["gpus"]
+        frame.loc[("images/s", gpus_row), group] = cell["images_per_sec"] if cell["trials"] else cell["status"]
         for metric in ("speedup", "efficiency"):
             if not cell["trials"]:
                 value = cell["status"]
@@ -45,7 +45,7 @@ def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
                 value = f"n/a ({cell['baseline']})"
             else:
                 value = cell[metric]
-            frame.loc[(metric, num_gpus), group] = value
+            frame.loc[(metric, gpus_row), group] = value
     notes = ["images/s: steady state (tf_cnn_benchmarks style: warm-up steps excluded), all GPUs of a trial together; "
              "speedup(n) = images/s(n) / images/s(1) of the same framework, model, batch per GPU and data; "
              "efficiency = speedup / n."]
@@ -57,9 +57,17 @@ def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
                      "images/s is their mean.")
     whole_epoch = long[long["images_per_sec_source"].fillna("").str.contains("epoch")]
     for row in whole_epoch.itertuples():
-        notes.append(f"{row.speed_group}, {row.num_gpus} GPUs: no step after warm-up, images/s is the whole-epoch rate.")
+        notes.append(f"{row.speed_group}, {row.gpus} GPUs: no step after warm-up, images/s is the whole-epoch rate.")
+    if any(isinstance(g, str) for g in gpus):
+        notes.append("N on K nodes: N GPUs spread over K nodes, a cell of its own (the all-reduce crosses the network).")
     return Table("throughput", "Throughput, speedup and efficiency (study 004)", frame,
                  units={"images/s": "img/s", "speedup": "x", "efficiency": "%"}, notes=notes, source=source)
+
+
+def gpu_rows(cells: pd.DataFrame) -> list[Any]:
+    """The GPU labels of the cells (figures.scaling's `gpus`), once each, by GPU count and then node count."""
+    order = cells.drop_duplicates(["num_gpus", "nodes"]).sort_values(["num_gpus", "nodes"])
+    return list(order["gpus"])
 
 
 def ratio_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
@@ -76,9 +84,10 @@ def ratio_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
             continue
         usable["other"] = group_labels(usable, SPEED_KEY, exclude=(axis,))
         base = values[0]  # real before synthetic, the smallest batch, the first name
-        denominator = usable[usable[axis] == base].set_index(["num_gpus", "other"])["images_per_sec"]
+        cell = ["num_gpus", "nodes", "other"]
+        denominator = usable[usable[axis] == base].set_index(cell)["images_per_sec"]
         for value in values[1:]:
-            numerator = usable[usable[axis] == value].set_index(["num_gpus", "other"])["images_per_sec"]
+            numerator = usable[usable[axis] == value].set_index(cell)["images_per_sec"]
             ratio = (numerator / denominator).dropna()
             title = f"Speedup from {_axis_value(axis, value)} vs. {_axis_value(axis, base)}"
             if ratio.empty:
@@ -86,8 +95,9 @@ def ratio_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
                 notes = ["no pair of cells with both values and every other key equal"]
             else:
                 frame = ratio.unstack("other").astype(object)
-                frame.index.name = "GPUs"
-                frame["median"] = ratio.groupby(level="num_gpus").median()
+                frame["median"] = ratio.groupby(level=["num_gpus", "nodes"]).median()
+                labels = usable.drop_duplicates(["num_gpus", "nodes"]).set_index(["num_gpus", "nodes"])["gpus"]
+                frame.index = pd.Index([labels[i] for i in frame.index], name="GPUs", dtype=object)
                 notes = [f"images/s of {_axis_value(axis, value)} / images/s of {_axis_value(axis, base)}, "
                          "same GPU count and every other key equal."]
             name = f"ratio_{axis}_{value}_vs_{base}".replace("/", "-").replace(" ", "_")
@@ -112,11 +122,11 @@ def precision_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
     if len(settings) < 2:
         return []
     cells["other"] = group_labels(cells, SPEED_KEY, exclude=("precision", "compile"))
+    rows = cells.drop_duplicates(["other", "num_gpus", "nodes"]).sort_values(["other", "num_gpus", "nodes"])
     frame = pd.DataFrame(NO_TRIAL, dtype=object, columns=settings,
-                         index=pd.MultiIndex.from_tuples(sorted({(o, int(n)) for o, n in zip(cells["other"], cells["num_gpus"])}),
-                                                         names=["", "GPUs"]))
+                         index=pd.MultiIndex.from_tuples(list(zip(rows["other"], rows["gpus"])), names=["", "GPUs"]))
     for row in cells.itertuples():
-        frame.loc[(row.other, int(row.num_gpus)), row.setting] = row.images_per_sec if row.trials else row.status
+        frame.loc[(row.other, row.gpus), row.setting] = row.images_per_sec if row.trials else row.status
     notes = ["images/s: steady state, all GPUs of a trial together; precision tf32 is each framework's default "
              "(TF32 tensor cores allowed on GPUs that have them, plain fp32 elsewhere), fp32 turns TF32 off, "
              "fp16 and bf16 are mixed precision (fp16 with dynamic loss scaling), + compiled: the train step "
