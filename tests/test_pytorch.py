@@ -179,9 +179,14 @@ def test_framework_check_trains_a_pytorch_step_and_reads_the_build() -> None:
     assert said.get("step") == "ok", out.stdout[-2000:] + out.stderr[-2000:]
     assert said["build"]["version"] == torch.__version__ and said["build"]["gpu_build"] is (torch.version.cuda is not None)
     build = probe.Build(**{**said["build"], "archs": None})
-    # A CPU build on a GPU node: the check's own words.
-    assert probe.verdict("pytorch", build, ("NVIDIA H100 80GB HBM3", "sm_90"), None) == \
-        f"pytorch {torch.__version__} is a CPU build: no kernels for the NVIDIA H100 80GB HBM3"
+    # This build on a GPU node, in the check's own words: a CPU build (pip's on Python 3.11 here) has no
+    # kernels; a CUDA build (the GPU machine's own torch, or pip's on Python 3.12) that sees no GPU has none
+    # of its CUDA libraries loaded; one that sees the GPU can train.
+    name = f"pytorch {torch.__version__}" + (f" (CUDA {torch.version.cuda})" if torch.version.cuda else "")
+    expected = (f"{name} is a CPU build: no kernels for the NVIDIA H100 80GB HBM3" if not build.gpu_build else
+                f"{name} sees no GPU here (NVIDIA H100 80GB HBM3): its CUDA libraries did not load" if not build.gpus else
+                None)
+    assert probe.verdict("pytorch", build, ("NVIDIA H100 80GB HBM3", "sm_90"), None) == expected
 
 
 RENDEZVOUS = """
