@@ -67,6 +67,12 @@ def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar:
         assert throughput.frame.loc[("images/s", gpus), column] == pytest.approx(rate[num_gpus, nodes])
         assert throughput.frame.loc[("speedup", gpus), column] == pytest.approx(rate[num_gpus, nodes] / rate[1, 1])
     assert not any("differ only in" in note for note in throughput.notes), throughput.notes
+    # The plots: a line over one node and one across nodes, neither running up and down one GPU count.
+    run = report.load_run(folder)
+    for plot in (report.plot_throughput, report.plot_efficiency):
+        lines = {line.get_label(): list(line.get_xdata()) for line in plot(report.scaling(
+            report.trial_figures(run.trials, run.epochs)), run.emulated).axes[0].get_lines() if line.get_marker() == "o"}
+        assert lines == {f"{column}, one node": [1, 2, 3], f"{column}, across nodes": [1, 2]}, lines
 
 
 def start_sweep(sweep: Path, results: Path, *options: str, **env: str) -> subprocess.Popen:

@@ -33,14 +33,26 @@ def _legend_beside(ax: Any, size: str) -> None:
         ax.legend(fontsize=size, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
+def _lines(long: pd.DataFrame, column: str) -> list[tuple[str, pd.DataFrame]]:
+    """A line per speed group over its cells with `column` measured, by GPU count. Where the group has a GPU count
+    on one node and on several, the cells across nodes get a line of their own (from the 1-GPU cell), so that no
+    line runs up and down one GPU count."""
+    lines = []
+    for group, cells in long.groupby("speed_group", sort=False):
+        cells = cells[cells[column].notna()].sort_values(["num_gpus", "nodes"])
+        if cells.groupby("num_gpus")["nodes"].nunique().gt(1).any():
+            across = (cells["nodes"] > 1) | (cells["num_gpus"] == 1)
+            lines += [(f"{group}, one node", cells[cells["nodes"] == 1]), (f"{group}, across nodes", cells[across])]
+        elif len(cells):
+            lines.append((group, cells))
+    return lines
+
+
 def plot_throughput(long: pd.DataFrame, emulated: bool) -> Figure:
     """Images/s vs GPUs per speed group, each with its ideal linear line from the 1-GPU rate."""
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax = fig.add_subplot()
-    for group, cells in long.groupby("speed_group", sort=False):
-        cells = cells[cells["images_per_sec"].notna()].sort_values(["num_gpus", "nodes"])
-        if cells.empty:
-            continue
+    for group, cells in _lines(long, "images_per_sec"):
         (line,) = ax.plot(cells["num_gpus"], cells["images_per_sec"], marker="o", label=group)
         base = cells.loc[cells["num_gpus"] == 1, "images_per_sec"]
         if len(base) and cells.iloc[0]["baseline"] == "ok":
@@ -53,8 +65,7 @@ def plot_throughput(long: pd.DataFrame, emulated: bool) -> Figure:
 def plot_efficiency(long: pd.DataFrame, emulated: bool) -> Figure:
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax = fig.add_subplot()
-    for group, cells in long.groupby("speed_group", sort=False):
-        cells = cells[cells["efficiency"].notna()].sort_values(["num_gpus", "nodes"])
+    for group, cells in _lines(long, "efficiency"):
         if cells["num_gpus"].nunique() > 1:  # a group with its 1-GPU point alone is 100% by definition: no line
             ax.plot(cells["num_gpus"], 100 * cells["efficiency"], marker="o", label=group)
     ax.axhline(100, linestyle=":", color="gray", label="ideal (100%)")
