@@ -59,7 +59,8 @@ def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar:
     out = run_cli("report", str(folder))
     assert out.returncode == 0, out.stderr[-3000:]
     from sweep import report
-    throughput = report.build_report(report.load_run(folder)).throughput
+    built = report.build_report(report.load_run(folder), target_acc=0.3)
+    throughput = built.throughput
     # 2 GPUs on one node and on two are cells of their own, each its trial's rate, never their mean.
     (column,) = throughput.frame.columns
     rate = trials.set_index(["num_gpus", "nodes"]).steady_images_per_sec
@@ -67,6 +68,12 @@ def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar:
         assert throughput.frame.loc[("images/s", gpus), column] == pytest.approx(rate[num_gpus, nodes])
         assert throughput.frame.loc[("speedup", gpus), column] == pytest.approx(rate[num_gpus, nodes] / rate[1, 1])
     assert not any("differ only in" in note for note in throughput.notes), throughput.notes
+    # Per trial, each table names the two 2-GPU trials apart in the same words.
+    gpus = [1, "2 on 1 node", "2 on 2 nodes", 3]
+    (per_group,) = built.per_run
+    assert list(per_group.frame.columns) == [f"GPU ({g})" for g in gpus]
+    assert list(built.lr_scaling.frame.index.get_level_values("GPUs")) == gpus
+    assert sorted(built.time_to_accuracy.frame.index.get_level_values("GPUs"), key=str) == sorted(gpus, key=str)
     # The plots: a line over one node and one across nodes, neither running up and down one GPU count.
     run = report.load_run(folder)
     for plot in (report.plot_throughput, report.plot_efficiency):

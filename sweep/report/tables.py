@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from sweep.report.figures import GROUP_KEY, SPEED_KEY, USABLE, batch_label, group_labels, provenance, status_label
+from sweep.report.figures import GROUP_KEY, SPEED_KEY, USABLE, batch_label, gpu_labels, group_labels, provenance, status_label
 
 NO_TRIAL = "-"
 RATIO_AXES = ("data_kind", "batch_per_gpu", "framework", "model")
@@ -165,10 +165,10 @@ def per_run_tables(figures: pd.DataFrame, run_label: str) -> list[Table]:
     """Study 000: one table per trial group, a row per measure and a column per GPU count."""
     tables = []
     for group, trials in figures.groupby("trial_group", sort=False):
-        trials = trials.sort_values("num_gpus")
-        repeated = trials["num_gpus"].duplicated(keep=False)  # only if a config column is unknown here
-        columns = [f"GPU ({n}) {tid}" if twice else f"GPU ({n})"
-                   for n, tid, twice in zip(trials["num_gpus"], trials["trial_id"], repeated)]
+        trials = trials.sort_values(["num_gpus", "nodes"])
+        gpus = pd.Series(gpu_labels(trials), index=trials.index).astype(str)  # "2 on 2 nodes" beside "2 on 1 node"
+        repeated = gpus.duplicated(keep=False)  # only if a config column is unknown here
+        columns = [f"GPU ({g}) {tid}" if twice else f"GPU ({g})" for g, tid, twice in zip(gpus, trials["trial_id"], repeated)]
         frame = pd.DataFrame(index=[label for label, _, _ in PER_RUN_ROWS], columns=columns, dtype=object)
         for column, (_, trial) in zip(columns, trials.iterrows()):
             usable = trial["status"] in USABLE
@@ -229,12 +229,12 @@ LR_INDEX = ["framework", "model", "data", "batch size", "GPUs", "lr", "lr rule",
 
 def lr_scaling_table(figures: pd.DataFrame, source: str = "") -> Table:
     """Study 001: one row per trial (batch per GPU x GPUs, lr); failed, diverged, OOM and infeasible named."""
-    order = figures.sort_values(["framework", "model", "data_kind", "batch_per_gpu", "num_gpus", "lr"], kind="stable")
+    order = figures.sort_values(["framework", "model", "data_kind", "batch_per_gpu", "num_gpus", "nodes", "lr"], kind="stable")
     index, rows = [], []
-    for _, t in order.iterrows():
+    for (_, t), gpus in zip(order.iterrows(), gpu_labels(order)):
         rule = t["lr_rule"] + (f", warm-up {int(t['warmup_epochs'])} ep" if t["warmup_epochs"] else "")
         index.append((t["framework"], t["model"], t["data_kind"], batch_label(int(t["batch_per_gpu"]), int(t["num_gpus"])),
-                      int(t["num_gpus"]), float(t["lr"]), rule, t["trial_id"]))
+                      gpus, float(t["lr"]), rule, t["trial_id"]))
         usable = t["status"] in USABLE
         label = status_label(t["status"])
 
@@ -263,10 +263,11 @@ def time_to_accuracy(figures: pd.DataFrame, epochs: pd.DataFrame, target: float)
     wall_time_s is the sum of epoch times up to and including that epoch; gpu_hours = wall x GPUs / 3600.
     """
     rows = []
-    for _, trial in figures.iterrows():
+    for (_, trial), gpus in zip(figures.iterrows(), gpu_labels(figures)):
         mine = epochs[epochs["trial_id"] == trial["trial_id"]].sort_values("epoch")
         reached = mine[mine["val_acc"] >= target]
         row = {"trial_id": trial["trial_id"], "trial_group": trial["trial_group"], "num_gpus": int(trial["num_gpus"]),
+               "gpus": gpus,
                "target_acc": target, "epoch": math.nan, "wall_time_s": math.nan, "gpu_hours": math.nan,
                "best_val_acc": mine["val_acc"].max() if len(mine) else math.nan}
         if mine.empty:
@@ -286,7 +287,7 @@ def time_to_accuracy(figures: pd.DataFrame, epochs: pd.DataFrame, target: float)
 def time_to_accuracy_table(tta: pd.DataFrame, target: float, source: str = "") -> Table:
     index, rows = [], []
     for _, r in tta.iterrows():
-        index.append((r["trial_group"], r["num_gpus"], r["trial_id"]))
+        index.append((r["trial_group"], r["gpus"], r["trial_id"]))
         if r["note"] == "reached":
             figures = [r["epoch"], r["wall_time_s"], r["gpu_hours"]]
         elif r["note"] == "not reached":
