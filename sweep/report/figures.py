@@ -132,8 +132,9 @@ def provenance(rows: pd.DataFrame, run_label: str) -> str:
     def values(column: str) -> str:
         if column not in rows:
             return ""
-        seen = [str(v) for v in rows[column].dropna().unique() if str(v) != ""]
-        return ", ".join(seen)
+        # A whole number as one: a column of counts with a null (an infeasible trial's) reads as floats.
+        seen = [str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in rows[column].dropna().unique()]
+        return ", ".join(v for v in seen if v != "")
 
     def part(pairs: tuple[tuple[str, str], ...]) -> str:
         return "; ".join(f"{name} {values(col)}" for name, col in pairs if values(col)) or "not recorded"
