@@ -197,24 +197,25 @@ def framework_tables(figures: pd.DataFrame, source: str = "") -> list[Table]:
     for other, trials in cells.groupby("other", sort=False):
         if trials["framework"].nunique() < 2:
             continue
-        trials = trials.sort_values(["num_gpus", "framework"]).drop_duplicates(["num_gpus", "framework"])
-        columns = [f"GPU ({int(n)}) {fw}" for n, fw in zip(trials["num_gpus"], trials["framework"])]
+        trials = trials.sort_values(["num_gpus", "nodes", "framework"]).drop_duplicates(["num_gpus", "nodes", "framework"])
+        gpus = gpu_labels(trials)  # "2 on 2 nodes" beside "2 on 1 node": each compared with its own kind
+        columns = [f"GPU ({g}) {fw}" for g, fw in zip(gpus, trials["framework"])]
         labels = [label for label, _, _ in PER_RUN_ROWS]
         frame = pd.DataFrame(NO_TRIAL, index=labels + ["Images/s over the first framework"], columns=columns, dtype=object)
         bases = {}
-        for column, (_, trial) in zip(columns, trials.iterrows()):
+        for column, g, (_, trial) in zip(columns, gpus, trials.iterrows()):
             usable = trial["status"] in USABLE
             for label, key, _ in PER_RUN_ROWS:
                 frame.loc[label, column] = trial[key] if usable else status_label(trial["status"])
             speed = trial["images_per_sec"] if usable else math.nan
             if pd.notna(speed) and speed > 0:
-                bases.setdefault(int(trial["num_gpus"]), (trial["framework"], speed))
-        for column, (_, trial) in zip(columns, trials.iterrows()):
-            base = bases.get(int(trial["num_gpus"]))
+                bases.setdefault(g, (trial["framework"], speed))
+        for column, g, (_, trial) in zip(columns, gpus, trials.iterrows()):
+            base = bases.get(g)
             speed = trial["images_per_sec"] if trial["status"] in USABLE else math.nan
             if base and pd.notna(speed):
                 frame.loc["Images/s over the first framework", column] = speed / base[1]
-        named = ", ".join(f"{n} GPU: {fw}" for n, (fw, _) in sorted(bases.items()))
+        named = ", ".join(f"{g}{' GPU' if isinstance(g, int) else ''}: {fw}" for g, (fw, _) in bases.items())  # by GPUs
         notes = [f"Images/s over the first framework: this column's images/s over that of the first framework in "
                  f"name order with a number at the same GPU count ({named or 'none'}), every other setting equal.",
                  "Training time: sum of epoch times (evaluation excluded); images/s: steady state."]
