@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor

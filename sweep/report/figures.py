@@ -60,6 +60,7 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     # Study 000's "maximum memory" is nvidia-smi's, summed over the GPUs of the run.
     fig["device_mem_mib"] = [sum(m) if m is not None and len(m) else math.nan for m in fig["peak_device_mem_mib"]]
     fig["nodes"] = fig["nodes"].fillna(1).astype(int) if "nodes" in fig else 1  # runs stored before `nodes`: one
+    fig["gpus"] = gpu_labels(fig)  # every table's name for a trial's GPUs: "2 on 2 nodes" where the run needs it
     fig = fig.sort_values(["framework", "model", "batch_per_gpu", "data_kind", "lr_setting", "num_gpus", "lr"],
                           kind="stable").reset_index(drop=True)
     fig["speed_group"] = group_labels(fig, SPEED_KEY)
@@ -148,8 +149,8 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
     """Images/s, speedup and efficiency per speed group and GPU count (long form).
 
     A cell is a GPU count on a node count: 2 GPUs on one node and 2 GPUs on two nodes (one each, their
-    all-reduce over the network) are two cells, never one mean; `gpus` labels a cell ("2 on 2 nodes" where
-    the run has a GPU count on several node counts, else the count). images/s of a cell is the mean over
+    all-reduce over the network) are two cells, never one mean; `gpus` names a cell as trial_figures named
+    its trials. images/s of a cell is the mean over
     its usable trials: several where they differ only in settings that do not change a step's speed (lr,
     its schedule, the seed: `pooled` names which). speedup(n) = images/s(n) / images/s(1) within the group,
     efficiency = speedup / n. Where the group has no usable 1-GPU trial, speedup and efficiency stay empty
@@ -172,7 +173,7 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
             speedup = rate / base if pd.notna(rate) and pd.notna(base) else math.nan
             rows.append({
                 "speed_group": group, **{k: cell.iloc[0][k] for k in SPEED_KEY},
-                "num_gpus": int(num_gpus), "nodes": int(nodes), "trials": len(ok),
+                "num_gpus": int(num_gpus), "nodes": int(nodes), "gpus": cell.iloc[0]["gpus"], "trials": len(ok),
                 "status": "ok" if len(ok) else "/".join(sorted({status_label(s) for s in cell["status"]})),
                 "images_per_sec": rate,
                 "images_per_sec_source": "/".join(sorted(set(ok["images_per_sec_source"].dropna()))) or None,
@@ -180,16 +181,13 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
                 "baseline": baseline,
                 "pooled": ", ".join(c for c in POOLED if ok[c].astype(str).nunique() > 1),
             })
-    long = pd.DataFrame(rows)
-    if not long.empty:
-        long["gpus"] = gpu_labels(long)
-    return long
+    return pd.DataFrame(rows)
 
 
-def gpu_labels(cells: pd.DataFrame) -> list[Any]:
-    """Each cell's GPU count as the tables' rows name it: the count, or "N on K node(s)" where the frame
-    has that count on several node counts."""
-    spread = cells.groupby("num_gpus")["nodes"].transform("nunique") > 1
+def gpu_labels(trials: pd.DataFrame) -> list[Any]:
+    """Each trial's GPU count as the tables name it: the count, or "N on K node(s)" where the run has that
+    count on several node counts."""
+    spread = trials.groupby("num_gpus")["nodes"].transform("nunique") > 1
     return [f"{n} on {k} node{'s' if k > 1 else ''}" if several else int(n)
-            for n, k, several in zip(cells["num_gpus"], cells["nodes"], spread)]
+            for n, k, several in zip(trials["num_gpus"], trials["nodes"], spread)]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from sweep.report.figures import GROUP_KEY, SPEED_KEY, USABLE, batch_label, gpu_labels, group_labels, provenance, status_label
+from sweep.report.figures import GROUP_KEY, SPEED_KEY, USABLE, batch_label, group_labels, provenance, status_label
 
 NO_TRIAL = "-"
 RATIO_AXES = ("data_kind", "batch_per_gpu", "framework", "model")
@@ -166,7 +166,7 @@ def per_run_tables(figures: pd.DataFrame, run_label: str) -> list[Table]:
     tables = []
     for group, trials in figures.groupby("trial_group", sort=False):
         trials = trials.sort_values(["num_gpus", "nodes"])
-        gpus = pd.Series(gpu_labels(trials), index=trials.index).astype(str)  # "2 on 2 nodes" beside "2 on 1 node"
+        gpus = trials["gpus"].astype(str)  # "2 on 2 nodes" beside "2 on 1 node"
         repeated = gpus.duplicated(keep=False)  # only if a config column is unknown here
         columns = [f"GPU ({g}) {tid}" if twice else f"GPU ({g})" for g, tid, twice in zip(gpus, trials["trial_id"], repeated)]
         frame = pd.DataFrame(index=[label for label, _, _ in PER_RUN_ROWS], columns=columns, dtype=object)
@@ -198,7 +198,7 @@ def framework_tables(figures: pd.DataFrame, source: str = "") -> list[Table]:
         if trials["framework"].nunique() < 2:
             continue
         trials = trials.sort_values(["num_gpus", "nodes", "framework"]).drop_duplicates(["num_gpus", "nodes", "framework"])
-        gpus = gpu_labels(trials)  # "2 on 2 nodes" beside "2 on 1 node": each compared with its own kind
+        gpus = list(trials["gpus"])  # "2 on 2 nodes" beside "2 on 1 node": each compared with its own kind
         columns = [f"GPU ({g}) {fw}" for g, fw in zip(gpus, trials["framework"])]
         labels = [label for label, _, _ in PER_RUN_ROWS]
         frame = pd.DataFrame(NO_TRIAL, index=labels + ["Images/s over the first framework"], columns=columns, dtype=object)
@@ -215,7 +215,7 @@ def framework_tables(figures: pd.DataFrame, source: str = "") -> list[Table]:
             speed = trial["images_per_sec"] if trial["status"] in USABLE else math.nan
             if base and pd.notna(speed):
                 frame.loc["Images/s over the first framework", column] = speed / base[1]
-        named = ", ".join(f"{g}{' GPU' if isinstance(g, int) else ''}: {fw}" for g, (fw, _) in bases.items())  # by GPUs
+        named = ", ".join(f"{g}{'' if isinstance(g, str) else ' GPU'}: {fw}" for g, (fw, _) in bases.items())  # by GPUs
         notes = [f"Images/s over the first framework: this column's images/s over that of the first framework in "
                  f"name order with a number at the same GPU count ({named or 'none'}), every other setting equal.",
                  "Training time: sum of epoch times (evaluation excluded); images/s: steady state."]
@@ -232,10 +232,10 @@ def lr_scaling_table(figures: pd.DataFrame, source: str = "") -> Table:
     """Study 001: one row per trial (batch per GPU x GPUs, lr); failed, diverged, OOM and infeasible named."""
     order = figures.sort_values(["framework", "model", "data_kind", "batch_per_gpu", "num_gpus", "nodes", "lr"], kind="stable")
     index, rows = [], []
-    for (_, t), gpus in zip(order.iterrows(), gpu_labels(order)):
+    for _, t in order.iterrows():
         rule = t["lr_rule"] + (f", warm-up {int(t['warmup_epochs'])} ep" if t["warmup_epochs"] else "")
         index.append((t["framework"], t["model"], t["data_kind"], batch_label(int(t["batch_per_gpu"]), int(t["num_gpus"])),
-                      gpus, float(t["lr"]), rule, t["trial_id"]))
+                      t["gpus"], float(t["lr"]), rule, t["trial_id"]))
         usable = t["status"] in USABLE
         label = status_label(t["status"])
 
@@ -264,11 +264,11 @@ def time_to_accuracy(figures: pd.DataFrame, epochs: pd.DataFrame, target: float)
     wall_time_s is the sum of epoch times up to and including that epoch; gpu_hours = wall x GPUs / 3600.
     """
     rows = []
-    for (_, trial), gpus in zip(figures.iterrows(), gpu_labels(figures)):
+    for _, trial in figures.iterrows():
         mine = epochs[epochs["trial_id"] == trial["trial_id"]].sort_values("epoch")
         reached = mine[mine["val_acc"] >= target]
         row = {"trial_id": trial["trial_id"], "trial_group": trial["trial_group"], "num_gpus": int(trial["num_gpus"]),
-               "gpus": gpus,
+               "gpus": trial["gpus"],
                "target_acc": target, "epoch": math.nan, "wall_time_s": math.nan, "gpu_hours": math.nan,
                "best_val_acc": mine["val_acc"].max() if len(mine) else math.nan}
         if mine.empty:
