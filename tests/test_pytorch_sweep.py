@@ -59,7 +59,9 @@ def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar:
     out = run_cli("report", str(folder))
     assert out.returncode == 0, out.stderr[-3000:]
     from sweep import report
-    built = report.build_report(report.load_run(folder), target_acc=0.3)
+    from sweep.report.tables import framework_tables
+    run = report.load_run(folder)
+    built, figures = report.build_report(run, target_acc=0.3), report.trial_figures(run.trials, run.epochs)
     throughput = built.throughput
     # 2 GPUs on one node and on two are cells of their own, each its trial's rate, never their mean.
     (column,) = throughput.frame.columns
@@ -74,11 +76,18 @@ def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar:
     assert list(per_group.frame.columns) == [f"GPU ({g})" for g in gpus]
     assert list(built.lr_scaling.frame.index.get_level_values("GPUs")) == gpus
     assert sorted(built.time_to_accuracy.frame.index.get_level_values("GPUs"), key=str) == sorted(gpus, key=str)
+    # Side by side with a second framework (this run's trials again, at twice the rate): each 2-GPU column is
+    # compared with the other framework's on its own node count, and neither is dropped as a repeated GPU count.
+    twice = figures.assign(framework="tensorflow", images_per_sec=figures.images_per_sec * 2, trial_id=figures.trial_id + "t")
+    (side_by_side,) = framework_tables(pd.concat([figures, twice], ignore_index=True))
+    over_first = side_by_side.frame.loc["Images/s over the first framework"]
+    assert list(over_first.index) == [f"GPU ({g}) {fw}" for g in gpus for fw in ("pytorch", "tensorflow")]
+    assert list(over_first) == pytest.approx([1.0, 2.0] * 4), over_first
+    assert "2 on 1 node: pytorch, 2 on 2 nodes: pytorch, 3 GPUs: pytorch" in side_by_side.notes[0], side_by_side.notes
     # The plots: a line over one node and one across nodes, neither running up and down one GPU count.
-    run = report.load_run(folder)
     for plot in (report.plot_throughput, report.plot_efficiency):
-        lines = {line.get_label(): list(line.get_xdata()) for line in plot(report.scaling(
-            report.trial_figures(run.trials, run.epochs)), run.emulated).axes[0].get_lines() if line.get_marker() == "o"}
+        drawn = plot(report.scaling(figures), run.emulated).axes[0].get_lines()
+        lines = {line.get_label(): list(line.get_xdata()) for line in drawn if line.get_marker() == "o"}
         assert lines == {f"{column}, one node": [1, 2, 3], f"{column}, across nodes": [1, 2]}, lines
 
 
