@@ -7,10 +7,14 @@ An estimate comes from the store's earlier runs on the same hardware (every swee
   model     otherwise its model's cost (FLOPs x images / GPUs, `model_cost`) at the rate the earlier
             trials on this hardware trained with its arithmetic (framework, precision, compiler: an fp16
             trial is not timed like its tf32 twin; where none such was measured, a wider class's rate,
-            and the basis says so), plus their framework's overhead per trial (start-up, validation,
-            checkpoints: wall time beyond training); uncertainty: that model's own error on those
-            trials, each predicted from the others (leave one out).
+            and the basis says so), plus the time such trials (framework, compiled or not) took beyond
+            training at that rate (start-up, warm-up, compiling the step, validation, checkpoints: a
+            fixed cost per trial, not one per image); uncertainty: that model's own error on those trials,
+            each predicted from the others (leave one out).
   none      no earlier run on this hardware: no time; trials are still ordered by relative cost.
+A measured trial's training is its images at its steady rate (the rows' steady_images_per_sec, warm-up
+steps left out), so that a compiled trial's compile time, ~30 s of a short trial's first epoch here, is
+its overhead and not a slower rate per image.
 Hardware is the device kind and model: the GPU model for GPUs (`NVIDIA H100 80GB HBM3` and Ray's `H100`
 name the same), the CPU model for emulated GPUs. Only trials that completed in one attempt count.
 A trial's wall time starts when Tune starts it; between one trial's end and the next one's start Tune
@@ -50,8 +54,12 @@ def model_cost(c: TrialConfig) -> float:
     units = zoo.cifar_resnet_units(c.model)
     per_image = 0.041 * (6 * units + 2) / 20 if units is not None else GFLOPS[c.model]
     per_image *= (side / default) ** 2
-    images = c.steps_per_epoch * c.global_batch if c.steps_per_epoch else data.CIFAR10_TRAIN_SIZE
-    return c.epochs * images * per_image / c.num_gpus + 1e-3  # the GPUs share an epoch's images
+    return c.epochs * epoch_images(c) * per_image / c.num_gpus + 1e-3  # the GPUs share an epoch's images
+
+
+def epoch_images(c: TrialConfig) -> int:
+    """The images a trial trains on per epoch, as the cost counts them."""
+    return c.steps_per_epoch * c.global_batch if c.steps_per_epoch else data.CIFAR10_TRAIN_SIZE
 
 
 # --- hardware --------------------------------------------------------------------------------------
@@ -103,6 +111,12 @@ class Measurement:
     hardware: Hardware
     wall_s: float  # the summary row's wall_time_s: start of the trial to its end
     train_s: float | None  # its epochs' training time (mean_epoch_time_s x epochs_done)
+    steady_s: float | None = None  # its images at its steady rate: training less warm-up and compiling
+
+    @property
+    def training_s(self) -> float | None:
+        """Training at the rate a longer trial would keep: the steady time where the rows have one."""
+        return self.steady_s or self.train_s
 
 
 def config_of(row: dict[str, Any]) -> TrialConfig:
@@ -118,9 +132,14 @@ def measurements(rows: list[dict[str, Any]]) -> list[Measurement]:
         if (row.get("status") != Status.COMPLETED or row.get("attempts") != 1 or not row.get("wall_time_s")
                 or hardware is None or row.get("started_at") is None):
             continue
+        config = config_of(row)
         train = row["mean_epoch_time_s"] * row["epochs_done"] if row.get("mean_epoch_time_s") else None
-        out.append(Measurement(config_of(row), row["sweep"], row["run_id"], row["started_at"], hardware,
-                               row["wall_time_s"], train))
+        rate = row.get("steady_images_per_sec")
+        steady = row["epochs_done"] * epoch_images(config) / rate if rate and rate > 0 and row.get("epochs_done") else None
+        if steady and train and steady > train:  # epochs of fewer images than the cost counts (a CIFAR-10 subset)
+            steady = None
+        out.append(Measurement(config, row["sweep"], row["run_id"], row["started_at"], hardware,
+                               row["wall_time_s"], train, steady))
     return out
 
 
@@ -259,13 +278,16 @@ def _arithmetic_words(key: tuple) -> str:
 
 @dataclass(frozen=True)
 class CostFit:
-    """wall seconds = overhead(framework) + rate x model_cost: fitted on the measured trials of one hardware.
+    """wall seconds = overhead(framework, compiled) + rate x model_cost, fitted on the measured trials of one
+    hardware.
 
     The rate is that of the trials measured with the same arithmetic (framework, precision, compiler); where
-    none was, of those with the same precision and compiler in any framework; where none was either, of all."""
+    none was, of those with the same precision and compiler in any framework; where none was either, of all.
+    The overhead is that of the same framework, compiled or not as the trial (compiling the step is a fixed
+    cost); where none such was measured, of the framework's trials."""
 
     rates: dict[tuple, float]  # training seconds per unit of model cost: by arithmetic(), by its last two, () for all
-    overhead: dict[str, float]  # framework -> median seconds of a trial beyond its training
+    overhead: dict[tuple, float]  # (framework, compiled) and (framework,) -> median seconds of a trial beyond training
     default_overhead: float  # for a framework not measured yet
 
     def rate(self, trial: TrialConfig) -> tuple[float, tuple]:
@@ -275,26 +297,36 @@ class CostFit:
         return self.rates[key], key
 
     def predict(self, trial: TrialConfig) -> float:
-        return self.overhead.get(trial.framework, self.default_overhead) + self.rate(trial)[0] * model_cost(trial)
+        key = next((k for k in overhead_classes(trial) if k in self.overhead), None)
+        return self.overhead.get(key, self.default_overhead) + self.rate(trial)[0] * model_cost(trial)
 
     @classmethod
     def of(cls, points: Sequence[Measurement]) -> CostFit | None:
         """Medians, so that one odd trial moves nothing: the rates from training times, the overhead from the rest."""
         if not points:
             return None
-        timed = [p for p in points if p.train_s] or points  # wall times only where no trial's training was timed
+        timed = [p for p in points if p.training_s] or points  # wall times only where no trial's training was timed
         by_class: dict[tuple, list[float]] = {}
         for p in timed:
-            per_unit = (p.train_s if p.train_s else p.wall_s) / model_cost(p.config)
+            per_unit = (p.training_s or p.wall_s) / model_cost(p.config)
             full = arithmetic(p.config)
             for key in (full, full[1:], ()):
                 by_class.setdefault(key, []).append(per_unit)
         fit = cls({key: statistics.median(values) for key, values in by_class.items()}, {}, 0.0)
-        beyond: dict[str, list[float]] = {}
+        beyond: dict[tuple, list[float]] = {}
         for p in points:
-            beyond.setdefault(p.config.framework, []).append(max(0.0, p.wall_s - fit.rate(p.config)[0] * model_cost(p.config)))
-        overhead = {fw: statistics.median(values) for fw, values in beyond.items()}
-        return cls(fit.rates, overhead, statistics.median(v for values in beyond.values() for v in values))
+            seconds = max(0.0, p.wall_s - fit.rate(p.config)[0] * model_cost(p.config))
+            for key in overhead_classes(p.config):
+                beyond.setdefault(key, []).append(seconds)
+        overhead = {key: statistics.median(values) for key, values in beyond.items()}
+        every = [v for key, values in beyond.items() if len(key) == 1 for v in values]
+        return cls(fit.rates, overhead, statistics.median(every))
+
+
+def overhead_classes(c: TrialConfig) -> tuple[tuple, tuple]:
+    """The trials whose time beyond training a trial's is like, closest first: its framework compiled or not as
+    it is (XLA or torch.compile: tens of seconds before the first step), then its framework's."""
+    return (c.framework, c.compile), (c.framework,)
 
 
 def _one_per_trial(found: Sequence[Measurement]) -> list[Measurement]:
@@ -355,7 +387,7 @@ class Estimator:
             return Guess(None, "none", 0, None, "no earlier run on this hardware")
         trials = len(self.walls)
         basis = f"model cost at the rate of {trials} measured trial{'s' if trials > 1 else ''}"
-        if trial.framework not in self.fit.overhead:  # its start-up is another framework's: the error above does not hold
+        if (trial.framework,) not in self.fit.overhead:  # its start-up is another framework's: the error above does not hold
             return Guess(self.fit.predict(trial), "model", trials, None,
                          f"{basis}, none of them {trial.framework} (its start-up taken from the others)")
         if (trial.framework, trial.model) not in self.measured_models:  # the error above was measured on other networks

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from sweep.estimates import CostFit, Estimator, Hardware, History, Measurement, model_cost
+from sweep.estimates import CostFit, Estimator, Hardware, History, Measurement, measurements, model_cost
 from trainables.config import TrialConfig
 
 CPU = Hardware("cpu-emulated", "Intel(R) Xeon(R) Processor")
@@ -17,8 +17,9 @@ def config(gpus: int = 1, batch: int = 32, framework: str = "mxnet", **more) -> 
                        steps_per_epoch=10, **more)
 
 
-def measured(c: TrialConfig, wall: float, train: float | None, hardware: Hardware = CPU, run: str = "r1") -> Measurement:
-    return Measurement(c, "s", run, 0.0, hardware, wall, train)
+def measured(c: TrialConfig, wall: float, train: float | None, hardware: Hardware = CPU, run: str = "r1",
+             steady: float | None = None) -> Measurement:
+    return Measurement(c, "s", run, 0.0, hardware, wall, train, steady)
 
 
 def test_hardware_names_agree_word_for_word() -> None:
@@ -42,7 +43,8 @@ def test_an_unmeasured_trial_is_the_model_at_the_measured_rate_plus_its_framewor
     rate = 4.0 / model_cost(small)  # 4 s of training, 2 s beyond it (start-up, validation)
     found = [measured(small, 6.0, 4.0), measured(big, 2.0 + rate * model_cost(big), rate * model_cost(big))]
     fit = CostFit.of(found)
-    assert fit.rate(small) == (pytest.approx(rate), ("mxnet", "tf32", False)) and fit.overhead == {"mxnet": pytest.approx(2.0)}
+    assert fit.rate(small) == (pytest.approx(rate), ("mxnet", "tf32", False)) and fit.overhead == {("mxnet", False): pytest.approx(2.0),
+                                                                                         ("mxnet",): pytest.approx(2.0)}
     estimator = Estimator(History(found, []), CPU)
     middle = config(batch=32)
     guess = estimator.guess(middle)
@@ -91,3 +93,41 @@ def test_precisions_and_compilers_are_timed_at_their_own_rates() -> None:
     every = statistics.median(rates.values())
     assert guess.seconds == pytest.approx(3.0 + every * model_cost(bf16)) and guess.uncertainty is None
     assert "none of them tensorflow bf16: at the rate of every trial" in guess.basis
+
+
+def test_compiling_is_a_fixed_cost_of_a_trial_not_a_slower_rate() -> None:
+    # Short trials measured: eager ones 3 s beyond training; a compiled one 30 s of compiling in its first epoch
+    # (train_s) beside a step 1.5x as fast as eager (its steady time). A compiled trial 10x as long is estimated
+    # at its rate plus those 33 s once, not at the short trial's epoch time per image (which counted the 30 s
+    # ten times: the last assert).
+    torch = dict(framework="pytorch")
+    eager = 2.0 / model_cost(config(batch=16, **torch))
+    found = [measured(c, 3.0 + eager * model_cost(c), eager * model_cost(c), steady=eager * model_cost(c))
+             for c in (config(batch=16, **torch), config(batch=32, **torch))]
+    short = config(batch=16, compile=True, **torch)
+    steady = eager / 1.5 * model_cost(short)
+    found.append(measured(short, 3.0 + 30.0 + steady, 30.0 + steady, steady=steady))
+    estimator = Estimator(History(found, []), CPU)
+    long = config(batch=160, compile=True, **torch)
+    guess = estimator.guess(long)
+    assert guess.seconds == pytest.approx(33.0 + eager / 1.5 * model_cost(long)), guess
+    assert estimator.guess(config(batch=160, **torch)).seconds == pytest.approx(3.0 + eager * model_cost(config(batch=160)))
+    # Without steady times (rows from before them), the epoch times as before.
+    found = [measured(m.config, m.wall_s, m.train_s) for m in found]
+    per_unit = (30.0 + steady) / model_cost(short)
+    assert Estimator(History(found, []), CPU).guess(long).seconds == pytest.approx(3.0 + per_unit * model_cost(long))
+
+
+def test_a_rows_steady_time_is_its_images_at_its_steady_rate() -> None:
+    c = config(batch=16)  # 10 steps of 16 images an epoch, 2 epochs
+    row = {**c.to_dict(), "status": "completed", "attempts": 1, "wall_time_s": 20.0, "started_at": 1.0, "sweep": "s",
+           "run_id": "r", "device_kind": "cpu-emulated", "cpu_model": CPU.model, "epochs_done": 2,
+           "mean_epoch_time_s": 6.0, "steady_images_per_sec": 40.0}
+    (m,) = measurements([row])
+    assert (m.train_s, m.steady_s, m.training_s) == (12.0, 8.0, 8.0)  # 320 images at 40/s; 4 s of warm-up
+    # Epochs of fewer images than the cost counts (no steps_per_epoch: CIFAR-10's 50,000 assumed) would make a
+    # steady time longer than the epochs took: the epoch times stand.
+    (m,) = measurements([{**row, "steps_per_epoch": None}])
+    assert (m.steady_s, m.training_s) == (None, 12.0)
+    (m,) = measurements([{**row, "steady_images_per_sec": None}])
+    assert (m.steady_s, m.training_s) == (None, 12.0)
