@@ -180,6 +180,11 @@ def test_labels_name_the_arithmetic(capsys: pytest.CaptureFixture, tmp_path: Pat
         assert f"precision={t.precision}" in label, label
         assert ("compile=" in label) == (t.framework == "tensorflow"), label
         assert "kvstore" not in label and "variable_update" not in label
+    # An axis at its default (image_size null: the model's own input) says so, not "None".
+    sized = [TrialConfig("pytorch", "resnet50_v1", num_gpus=1, batch_per_gpu=8, epochs=1, lr=0.1, image_size=size)
+             for size in (None, 64)]
+    assert [t.label(("image_size",)) for t in sized] == ["pytorch resnet50_v1 gpus=1 batch=8 lr=0.1 image_size=default",
+                                                         "pytorch resnet50_v1 gpus=1 batch=8 lr=0.1 image_size=64"]
 
 
 # --- report --against: a pandas warning ------------------------------------------------------------------

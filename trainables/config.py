@@ -176,7 +176,8 @@ class TrialConfig:
             if axis not in shown and uses(self.framework, axis):
                 value = getattr(self, axis)
                 parts.append(f"{axis}={value:g}" if isinstance(value, float) else
-                             f"{axis}={','.join(map(str, value)) or '-'}" if isinstance(value, tuple) else f"{axis}={value}")
+                             f"{axis}={','.join(map(str, value)) or '-'}" if isinstance(value, tuple) else
+                             f"{axis}=default" if value is None else f"{axis}={value}")  # image_size None: the model's
         return " ".join(parts)
 
 
