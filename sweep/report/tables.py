@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from sweep.limits import count
 from sweep.report.figures import GROUP_KEY, SPEED_KEY, USABLE, batch_label, group_labels, provenance, status_label
 
 NO_TRIAL = "-"
@@ -215,8 +216,7 @@ def framework_tables(figures: pd.DataFrame, source: str = "") -> list[Table]:
             speed = trial["images_per_sec"] if trial["status"] in USABLE else math.nan
             if base and pd.notna(speed):
                 frame.loc["Images/s over the first framework", column] = speed / base[1]
-        named = ", ".join(f"{g}{'' if isinstance(g, str) else ' GPU' if g == 1 else ' GPUs'}: {fw}"
-                          for g, (fw, _) in bases.items())
+        named = ", ".join(f"{g if isinstance(g, str) else count(g, 'GPU')}: {fw}" for g, (fw, _) in bases.items())
         notes = [f"Images/s over the first framework: this column's images/s over that of the first framework in "
                  f"name order with a number at the same GPU count ({named or 'none'}), every other setting equal.",
                  "Training time: sum of epoch times (evaluation excluded); images/s: steady state."]
