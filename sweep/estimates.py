@@ -6,11 +6,12 @@ An estimate comes from the store's earlier runs on the same hardware (every swee
             one run the spread repeated trials showed on this hardware.
   model     otherwise its model's cost (FLOPs x images / GPUs, `model_cost`) at the rate the earlier
             trials on this hardware trained with its arithmetic (framework, precision, compiler: an fp16
-            trial is not timed like its tf32 twin; where none such was measured, a wider class's rate,
-            and the basis says so), plus the time such trials (framework, compiled or not) took beyond
-            training at that rate (start-up, warm-up, compiling the step, validation, checkpoints: a
-            fixed cost per trial, not one per image); uncertainty: that model's own error on those trials,
-            each predicted from the others (leave one out).
+            trial is not timed like its tf32 twin) on one node or across nodes as it runs (across nodes,
+            gradients cross the network; where none such was measured, a wider class's rate, and the
+            basis says so), plus the time such trials (framework, compiled or not, one node or several)
+            took beyond training at that rate (start-up, warm-up, compiling the step, validation,
+            checkpoints: a fixed cost per trial, not one per image); uncertainty: that model's own error
+            on those trials, each predicted from the others (leave one out).
   none      no earlier run on this hardware: no time; trials are still ordered by relative cost.
 A measured trial's training is its images at its steady rate (the rows' steady_images_per_sec, warm-up
 steps left out), so that a compiled trial's compile time, ~30 s of a short trial's first epoch here, is
@@ -268,32 +269,42 @@ def arithmetic(c: TrialConfig) -> tuple[str, str, bool]:
     return c.framework, c.precision, c.compile
 
 
-def _arithmetic_words(key: tuple) -> str:
-    """A rate's class in words: `pytorch fp16 compiled`, `bf16` (any framework), `every trial`."""
+def rate_classes(c: TrialConfig) -> tuple[tuple, ...]:
+    """The measured trials whose rate a trial's is like, closest first: its arithmetic on one node or across nodes
+    as it runs (a step across nodes waits on the network), its arithmetic, its precision and compiler in any
+    framework, every trial."""
+    full = arithmetic(c)
+    return (*full, c.nodes > 1), full, full[1:], ()
+
+
+def _rate_words(key: tuple) -> str:
+    """A rate's class in words: `pytorch fp16 compiled across nodes`, `bf16` (any framework), `every trial`."""
     if not key:
         return "every trial"
+    if len(key) == 4:
+        return f"{_rate_words(key[:3])} {'across nodes' if key[3] else 'on one node'}"
     *framework, precision, compiled = key
     return " ".join([*framework, precision, *(["compiled"] if compiled else [])])
 
 
 @dataclass(frozen=True)
 class CostFit:
-    """wall seconds = overhead(framework, compiled) + rate x model_cost, fitted on the measured trials of one
-    hardware.
+    """wall seconds = overhead(framework, compiled, across nodes) + rate x model_cost, fitted on the measured
+    trials of one hardware.
 
-    The rate is that of the trials measured with the same arithmetic (framework, precision, compiler); where
-    none was, of those with the same precision and compiler in any framework; where none was either, of all.
-    The overhead is that of the same framework, compiled or not as the trial (compiling the step is a fixed
-    cost); where none such was measured, of the framework's trials."""
+    The rate is that of the first of `rate_classes(trial)` measured: the same arithmetic (framework, precision,
+    compiler) on one node or across nodes as the trial; the same arithmetic; the same precision and compiler in
+    any framework; all. The overhead is that of the first of `overhead_classes(trial)` measured: the same
+    framework, compiled or not (compiling the step is a fixed cost) and across nodes or not (workers to start on
+    each node) as the trial; then compiled or not; then the framework's trials."""
 
-    rates: dict[tuple, float]  # training seconds per unit of model cost: by arithmetic(), by its last two, () for all
-    overhead: dict[tuple, float]  # (framework, compiled) and (framework,) -> median seconds of a trial beyond training
+    rates: dict[tuple, float]  # training seconds per unit of model cost, by each of rate_classes()
+    overhead: dict[tuple, float]  # by each of overhead_classes() -> median seconds of a trial beyond training
     default_overhead: float  # for a framework not measured yet
 
     def rate(self, trial: TrialConfig) -> tuple[float, tuple]:
-        """The trial's rate and the class it was measured on (arithmetic(trial), or a wider one)."""
-        full = arithmetic(trial)
-        key = next(k for k in (full, full[1:], ()) if k in self.rates)
+        """The trial's rate and the class it was measured on (rate_classes(trial)[0], or a wider one)."""
+        key = next(k for k in rate_classes(trial) if k in self.rates)
         return self.rates[key], key
 
     def predict(self, trial: TrialConfig) -> float:
@@ -309,8 +320,7 @@ class CostFit:
         by_class: dict[tuple, list[float]] = {}
         for p in timed:
             per_unit = (p.training_s or p.wall_s) / model_cost(p.config)
-            full = arithmetic(p.config)
-            for key in (full, full[1:], ()):
+            for key in rate_classes(p.config):
                 by_class.setdefault(key, []).append(per_unit)
         fit = cls({key: statistics.median(values) for key, values in by_class.items()}, {}, 0.0)
         beyond: dict[tuple, list[float]] = {}
@@ -323,10 +333,11 @@ class CostFit:
         return cls(fit.rates, overhead, statistics.median(every))
 
 
-def overhead_classes(c: TrialConfig) -> tuple[tuple, tuple]:
+def overhead_classes(c: TrialConfig) -> tuple[tuple, ...]:
     """The trials whose time beyond training a trial's is like, closest first: its framework compiled or not as
-    it is (XLA or torch.compile: tens of seconds before the first step), then its framework's."""
-    return (c.framework, c.compile), (c.framework,)
+    it is (XLA or torch.compile: tens of seconds before the first step) and across nodes or not (a worker, or
+    servers, to start on each node), then compiled or not, then its framework's."""
+    return (c.framework, c.compile, c.nodes > 1), (c.framework, c.compile), (c.framework,)
 
 
 def _one_per_trial(found: Sequence[Measurement]) -> list[Measurement]:
@@ -367,10 +378,10 @@ class Estimator:
         """The model's median relative error on the measured trials, each predicted from the others: those whose
         arithmetic the others measured too, as a trial estimated at its own arithmetic's rate is (one fp16 trial
         predicted at the tf32 trials' rate would count an error no such estimate makes)."""
-        classes = Counter(arithmetic(p.config) for p in points)
+        classes = Counter(rate_classes(p.config)[0] for p in points)
         errors = []
         for i, p in enumerate(points):
-            if classes[arithmetic(p.config)] > 1:
+            if classes[rate_classes(p.config)[0]] > 1:
                 fit = CostFit.of(points[:i] + points[i + 1:])
                 errors.append(abs(fit.predict(p.config) - p.wall_s) / p.wall_s)
         return statistics.median(errors) if errors else None
@@ -394,10 +405,12 @@ class Estimator:
             return Guess(self.fit.predict(trial), "model", trials, None,
                          f"{basis}, none of them {trial.framework} {trial.model} (error unknown)")
         _, measured_as = self.fit.rate(trial)
-        if measured_as != arithmetic(trial):  # its precision or compiler ran at another speed than the trials measured
+        closest = rate_classes(trial)[0]
+        if measured_as != closest:  # its precision, compiler or nodes ran at another speed than the trials measured
+            missing = closest if measured_as == closest[:3] else closest[:3]  # its nodes, or its arithmetic at all
             return Guess(self.fit.predict(trial), "model", trials, None,
-                         f"{basis}, none of them {_arithmetic_words(arithmetic(trial))}: at the rate of "
-                         f"{_arithmetic_words(measured_as)} (error unknown)")
+                         f"{basis}, none of them {_rate_words(missing)}: at the rate of "
+                         f"{_rate_words(measured_as)} (error unknown)")
         error = f"; its error on them +-{self.model_error:.0%}" if self.model_error is not None else ""
         return Guess(self.fit.predict(trial), "model", trials, self.model_error, basis + error)
 

@@ -43,8 +43,8 @@ def test_an_unmeasured_trial_is_the_model_at_the_measured_rate_plus_its_framewor
     rate = 4.0 / model_cost(small)  # 4 s of training, 2 s beyond it (start-up, validation)
     found = [measured(small, 6.0, 4.0), measured(big, 2.0 + rate * model_cost(big), rate * model_cost(big))]
     fit = CostFit.of(found)
-    assert fit.rate(small) == (pytest.approx(rate), ("mxnet", "tf32", False)) and fit.overhead == {("mxnet", False): pytest.approx(2.0),
-                                                                                         ("mxnet",): pytest.approx(2.0)}
+    assert fit.rate(small) == (pytest.approx(rate), ("mxnet", "tf32", False, False))
+    assert fit.overhead == {key: pytest.approx(2.0) for key in (("mxnet", False, False), ("mxnet", False), ("mxnet",))}
     estimator = Estimator(History(found, []), CPU)
     middle = config(batch=32)
     guess = estimator.guess(middle)
@@ -93,6 +93,27 @@ def test_precisions_and_compilers_are_timed_at_their_own_rates() -> None:
     every = statistics.median(rates.values())
     assert guess.seconds == pytest.approx(3.0 + every * model_cost(bf16)) and guess.uncertainty is None
     assert "none of them tensorflow bf16: at the rate of every trial" in guess.basis
+
+
+def test_trials_across_nodes_are_timed_at_their_own_rate_and_start_up() -> None:
+    # Two GPUs on one node, and one on each of two nodes: across nodes each step waits on the network (here 1.6x
+    # as long) and a worker starts on each node (5 s beyond training against 2 s).
+    one, across = 2.0 / model_cost(config(gpus=2, batch=16)), 3.2 / model_cost(config(gpus=2, batch=16))
+    trials = [(config(gpus=2, batch=b), one, 2.0) for b in (16, 32)] + \
+             [(config(gpus=2, batch=b, nodes=2), across, 5.0) for b in (16, 32)]
+    found = [measured(c, extra + r * model_cost(c), r * model_cost(c)) for c, r, extra in trials]
+    estimator = Estimator(History(found, []), CPU)
+    for nodes, rate, extra in ((1, one, 2.0), (2, across, 5.0)):
+        trial = config(gpus=2, batch=64, nodes=nodes)
+        guess = estimator.guess(trial)
+        assert guess.seconds == pytest.approx(extra + rate * model_cost(trial)) and guess.uncertainty == pytest.approx(0.0)
+    # Only one-node trials measured: a trial across nodes at their rate and start-up, its error unknown, said so.
+    estimator = Estimator(History([m for m in found if m.config.nodes == 1], []), CPU)
+    trial = config(gpus=2, batch=64, nodes=2)
+    guess = estimator.guess(trial)
+    assert guess.seconds == pytest.approx(2.0 + one * model_cost(trial)) and guess.uncertainty is None
+    assert "none of them mxnet tf32 across nodes: at the rate of mxnet tf32 (error unknown)" in guess.basis
+    assert estimator.guess(config(gpus=2, batch=64)).uncertainty == pytest.approx(0.0)
 
 
 def test_compiling_is_a_fixed_cost_of_a_trial_not_a_slower_rate() -> None:
