@@ -171,11 +171,11 @@ class TrialWorker:
         """End this process now. A worker blocked in a collective or a push whose peer died does not
         always end on ray.kill (TensorFlow ignores SIGTERM; measured here, MXNet workers outlived it): such
         a worker (graceful False) ends at once. A trial's only worker, which took part in no framework
-        cluster (a framework in its own environment), and the ranks of a PyTorch trial that ended well
-        (their collectives all returned with their last step) end through Ray's own exit, so that the
-        raylet knows the exit was meant: an os._exit made it print "A worker died or was killed ... the OOM killer"
-        after every such trial, though all ended well. (Ray's exit left the workers of two-node trials
-        running: those keep the hard exit.)"""
+        cluster (a framework in its own environment), and the workers of a PyTorch or TensorFlow trial that
+        ended well (their collectives all returned with their last step) end through Ray's own exit, so that
+        the raylet knows the exit was meant: an os._exit made it print "A worker died or was killed ... the
+        OOM killer" after every such trial, though all ended well. (The workers of an MXNet dist kvstore
+        outlive Ray's exit and ray.kill alike, their parameter servers stopped: those keep the hard exit.)"""
         if not graceful:
             os._exit(0)
         threading.Timer(EXIT_GRACE_S, os._exit, args=(0,)).start()  # whatever threads outlive Ray's exit
@@ -323,9 +323,9 @@ class Group:
                 ray.get(actor.stop.remote(), timeout=30)
             except ray.exceptions.RayError:
                 pass  # already gone: its child went with it
-        # A worker can be blocked in a collective only where the trial did not end well, or where it took part
-        # in a framework cluster other than PyTorch's (whose every collective is in a step that has returned).
-        graceful = (len(self.workers) == 1 and not self.roles) or (ended_well and self.cfg.framework == "pytorch")
+        # A worker can be blocked in a collective only where the trial did not end well (a trial that ended well
+        # has returned from every step); an MXNet worker of a dist kvstore blocks on its stopped servers.
+        graceful = (len(self.workers) == 1 and not self.roles) or (ended_well and self.cfg.framework != "mxnet")
         exits = [actor.exit.remote(graceful) for actor in self.workers]
         # Each ends with its process: an error, at once. A stuck rank may not run exit() at all (frozen, or a
         # deadlock holding the GIL); ray.kill below ends it as it would after the wait.

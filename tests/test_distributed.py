@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from cifar_files import write_cifar10
 from conftest import ROOT, SWEEPS, run_cli, two_node_cluster
 
@@ -83,13 +84,26 @@ def test_framework_ports_are_drawn_outside_the_kernels_own_range() -> None:
 
 @pytest.mark.slow
 def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar: Path, tmp_path: Path) -> None:
+    # The sweep's trials, a run per framework: TensorFlow's workers end through Ray's own exit when their trial
+    # ended well, so the raylet prints no "A worker died or was killed ... OOM killer" line after them (MXNet's
+    # dist kvstore workers, blocked on their stopped servers, end hard: it does after theirs).
     results = tmp_path / "results"
-    out = run_cli(str(SWEEPS / "distributed.yaml"), "--address", cluster.address, "--data-dir", str(cifar),
-                  "--results", str(results), "--scale", "full", timeout=900)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
-    folder = store.run_dirs(results, "distributed")[-1]
-    summary = pd.read_parquet(folder / "trials").set_index("trial_id")
-    epochs = pd.read_parquet(folder / "epochs")
+    sweep = yaml.safe_load((SWEEPS / "distributed.yaml").read_text())
+    summaries, all_epochs = [], []
+    for framework in ("tensorflow", "mxnet"):
+        entries = [e for e in sweep["include"] if e["framework"] == framework]
+        path = tmp_path / f"distributed_{framework}.yaml"
+        path.write_text(yaml.safe_dump({**sweep, "name": path.stem, "include": entries}))
+        out = run_cli(str(path), "--address", cluster.address, "--data-dir", str(cifar), "--results", str(results),
+                      "--scale", "full", timeout=900)
+        assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+        if framework == "tensorflow":
+            assert "A worker died" not in out.stdout + out.stderr, out.stdout[-4000:]
+        folder = store.run_dirs(results, path.stem)[-1]
+        summaries.append(pd.read_parquet(folder / "trials"))
+        all_epochs.append(pd.read_parquet(folder / "epochs"))
+    summary = pd.concat(summaries).set_index("trial_id")
+    epochs = pd.concat(all_epochs)
     assert set(summary.status) == {"completed"}
     modes = {(r.framework, r.kvstore if r.framework == "mxnet" else r.variable_update) for r in summary.itertuples()}
     assert modes == {("mxnet", "dist_sync"), ("mxnet", "dist_async"), ("tensorflow", "replicated"),
