@@ -376,8 +376,9 @@ class Estimator:
     @staticmethod
     def _leave_one_out(points: list[Measurement]) -> float | None:
         """The model's median relative error on the measured trials, each predicted from the others: those whose
-        arithmetic the others measured too, as a trial estimated at its own arithmetic's rate is (one fp16 trial
-        predicted at the tf32 trials' rate would count an error no such estimate makes)."""
+        closest rate class (arithmetic, one node or across nodes) the others measured too, as a trial estimated at
+        its own class's rate is (one fp16 trial predicted at the tf32 trials' rate would count an error no such
+        estimate makes)."""
         classes = Counter(rate_classes(p.config)[0] for p in points)
         errors = []
         for i, p in enumerate(points):
