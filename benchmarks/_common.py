@@ -111,11 +111,12 @@ def idle_ray(num_gpus: int) -> Iterator[None]:
 TORCH_PEER = ROOT / "benchmarks" / "torch_ddp_peer.py"
 
 
-def torch_peer_command(config: dict[str, Any], device: str = "cpu") -> tuple[list[str], dict[str, str]]:
+def torch_peer_command(config: dict[str, Any], device: str = "cpu", layout: str = "auto") -> tuple[list[str], dict[str, str]]:
     """The plain PyTorch DDP program (benchmarks/torch_ddp_peer.py) under torchrun for the trial `config`:
     its model, input size, per-GPU batch, warm-up and timed steps (epochs x steps_per_epoch - warm-up, so
     both sides time the same steps), SGD settings, precision and compiler, and the threads each of the
-    engine's PyTorch processes gets (the trial's CPUs shared by its GPUs, trainables/pytorch/backend.py)."""
+    engine's PyTorch processes gets (the trial's CPUs shared by its GPUs, trainables/pytorch/backend.py).
+    `layout` (auto, nhwc, nchw) overrides the memory layout, to measure our backend's choice of it."""
     from trainables import zoo
 
     cfg = TrialConfig.from_dict({"lr": 0.1, **config})
@@ -128,13 +129,13 @@ def torch_peer_command(config: dict[str, Any], device: str = "cpu") -> tuple[lis
            "--batch-per-gpu", str(cfg.batch_per_gpu), "--warmup-steps", str(cfg.warmup_steps),
            "--steps", str(cfg.epochs * cfg.steps_per_epoch - cfg.warmup_steps), "--threads", str(threads),
            "--lr", str(cfg.lr), "--momentum", str(cfg.momentum), "--weight-decay", str(cfg.weight_decay),
-           "--precision", cfg.precision, "--device", device, "--seed", str(cfg.seed), *(["--compile"] if compiled else [])]
+           "--precision", cfg.precision, "--device", device, "--seed", str(cfg.seed), "--layout", layout, *(["--compile"] if compiled else [])]
     return cmd, child_env(OMP_NUM_THREADS=str(threads))
 
 
-def run_torch_peer(config: dict[str, Any], device: str = "cpu", timeout: float = 900) -> Run:
+def run_torch_peer(config: dict[str, Any], device: str = "cpu", timeout: float = 900, layout: str = "auto") -> Run:
     """The plain PyTorch program for the trial `config`; its one JSON line stands as the Run's one epoch row."""
-    cmd, env = torch_peer_command(config, device)
+    cmd, env = torch_peer_command(config, device, layout)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0

@@ -114,7 +114,8 @@ def run_ours(cells: list, warmup: int, steps: int, work: Path, extra: list[str] 
     proc = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=3600)
     if proc.returncode not in (0, 1):  # 1: some trial did not complete; its cell says so
         raise RuntimeError(f"engine failed (rc {proc.returncode}): {shlex.join(cmd)}\n{proc.stderr[-3000:]}")
-    run_dir = next((results / NAME).glob("*/run.json")).parent
+    # the run this call made: a --work folder used before holds earlier runs of the same sweep
+    run_dir = max((results / NAME).glob("*/run.json"), key=lambda p: p.stat().st_mtime).parent
     return ours_figures(pd.read_parquet(run_dir / "trials"), cells), shlex.join(cmd)
 
 

@@ -9,6 +9,12 @@ all-reduce hook, its per-step accuracy counts) and, beside it on the same proces
 model, DDP, torch.optim.SGD and its step (torch_ddp_peer.step), and runs blocks of steps of each in turn, the order
 flipping every block, so that load and clock drift hit both alike. Rank 0 prints the median step time of
 each and plain/ours (>= 1: ours is as fast or faster).
+
+On a GPU (`--device cuda`, one rank per GPU) both sides run as each runs there: channels_last, the trial's
+precision (autocast, and GradScaler at fp16) and, with --compile, torch.compile over each network:
+
+  torchrun --standalone --nproc_per_node 1 benchmarks/torch_step_ab.py --device cuda --model resnet50_v1 \
+      --image-size 224 --batch-per-gpu 256 --precision bf16 --compile --threads 8
 """
 from __future__ import annotations
 
@@ -37,26 +43,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--blocks", type=int, default=12, help="blocks of steps, alternating (the first two are warm-up)")
     p.add_argument("--steps", type=int, default=15, help="steps per block (the first 3 of each are not timed)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: emulated GPUs, gloo; cuda: a GPU a rank")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16", "fp16"), default="tf32")
+    p.add_argument("--compile", action="store_true", help="torch.compile over both networks")
+    p.add_argument("--threads", type=int, default=1, help="the trial's CPUs per rank (intra-op threads)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    on_gpu = args.device == "cuda"
+    if on_gpu:  # the engine's process sees its one GPU as cuda:0 (Ray's CUDA_VISIBLE_DEVICES); so does each rank here
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ.get("LOCAL_RANK", "0")
     cfg = TrialConfig.from_dict({"framework": "pytorch", "model": args.model, "num_gpus": world,
                                  "batch_per_gpu": args.batch_per_gpu, "epochs": 1, "lr": 0.05, "data": "synthetic",
-                                 "cpus_per_trial": 1, "image_size": args.image_size})
-    ours = Backend(cfg, Devices.of(["0"], emulated=True), args.image_size)  # one thread, gloo when world > 1
+                                 "cpus_per_trial": args.threads * world, "image_size": args.image_size,
+                                 "precision": args.precision, "compile": args.compile})
+    ours = Backend(cfg, Devices.of(["0"], emulated=not on_gpu), args.image_size)  # gloo or NCCL when world > 1
     batch = ours.synthetic()
 
     torch.manual_seed(0)
-    net = build(args.model, args.image_size).train()
-    model = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
+    net = build(args.model, args.image_size).to(ours.device, memory_format=ours.memory_format).train()
+    compiled = torch.compile(net) if args.compile else net
+    model = torch.nn.parallel.DistributedDataParallel(compiled, device_ids=[0] if on_gpu else None) if world > 1 else compiled
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    scaler = torch.amp.GradScaler(ours.device.type) if args.precision == "fp16" else None
     x, y = batch
 
     def plain_step() -> None:
-        step(model, opt, x, y)
+        step(model, opt, x, y, ours.autocast, scaler)
 
     def our_step() -> None:
         ours.train_step(batch, 0.05)
@@ -72,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                     times[name].append(time.perf_counter() - t0)
     if rank == 0:
         o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
-        print(f"{args.model} batch {args.batch_per_gpu}, {world} rank(s), {len(times['ours'])} timed steps each: "
+        print(f"{args.model} batch {args.batch_per_gpu} {args.precision}{' compiled' if args.compile else ''} on {args.device}, {world} rank(s), {len(times['ours'])} timed steps each: "
               f"median step ours {o * 1e3:.2f} ms, plain {p * 1e3:.2f} ms; plain/ours {p / o:.3f}", flush=True)
     if world > 1:
         os._exit(0)  # gloo's threads abort a normal exit at times (torch_ddp_peer.py)

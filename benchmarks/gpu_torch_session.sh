@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# What issue 45 still has to measure for PyTorch, as ONE device call (15 minutes of device time a session, its
+# start included; measured so far: benchmarks/README.md, "On an H100"). Each step has its own time limit and
+# writes $OUT/NN_step.txt as it ends, so a step cut short still returns what the steps before it measured.
+# On the GPU machine, from the checkout's root:
+#   bash .gpu-torch/install.sh && bash benchmarks/gpu_torch_session.sh          (~9 min on an H100)
+# Here, to find the script's faults before a GPU session pays for them (figures say nothing about GPUs):
+#   OUT=/tmp/session PYTHON=.venv/bin/python bash benchmarks/gpu_torch_session.sh --rehearse
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpu_torch_session}; mkdir -p "$out"
+py=${PYTHON:-python3}
+rehearse=false; [[ ${1:-} == --rehearse ]] && rehearse=true
+
+step() {  # step NAME SECONDS COMMAND...: run it under its limit, its output to the console and to $out/NAME.txt
+  local name=$1 limit=$2 start=$SECONDS; shift 2
+  echo "== $name (limit ${limit} s): $*"
+  PYTHONUNBUFFERED=1 timeout -k 10 "$limit" "$@" 2>&1 | tee "$out/$name.txt"
+  echo "== $name: rc ${PIPESTATUS[0]} in $((SECONDS - start)) s" | tee -a "$out/$name.txt"
+}
+
+# gpu_bundle_torch.sh unpacks Ray's wheel with `python -m zipfile`, which drops the exec bits of Ray's two
+# programs: without them Ray cannot start ("Permission denied: .../gcs_server", 2026-11-26).
+site=$("$py" -c 'import ray, os; print(os.path.dirname(ray.__file__))' 2>/dev/null) \
+  && chmod +x "$site/core/src/ray/gcs/gcs_server" "$site/core/src/ray/raylet/raylet" 2>/dev/null
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1; nproc; git log -1 --format='%H %s' 2>/dev/null; } \
+  > "$out/00_machine.txt"
+
+if $rehearse; then
+  ab=(--device cpu --model resnet8_cifar --image-size 32 --batch-per-gpu 16 --blocks 4 --steps 6)
+  yard=(--rehearse --warmup-steps 3 --steps 10); big=16; small=8; defaults=(--rehearse --warmup-steps 3 --steps 10 --batch 16)
+else
+  ab=(--device cuda --model resnet50_v1 --image-size 224 --batch-per-gpu 256 --blocks 8 --steps 15)
+  yard=(--steps 60); big=256; small=64; defaults=()
+fi
+# 1. The compiled bf16 gap (0.947x on 2026-11-26): both steps in one process, so the step is told from the process.
+step 01_step_ab_bf16_compiled 240 "$py" -m torch.distributed.run --standalone --nproc_per_node 1 benchmarks/torch_step_ab.py \
+  "${ab[@]}" --precision bf16 --compile --threads 8
+# 2. TF32 against fp32 (the default precision), in the plain program.
+step 02_defaults_tf32 150 "$py" benchmarks/gpu_torch_defaults.py "${defaults[@]}" --pairs tf32
+# 3. The compiled cells not measured yet: fp16 at the large batch, then the small batch.
+step 03_compiled_fp16 200 "$py" benchmarks/gpu_torch_yardsticks.py "${yard[@]}" --compile on --precisions fp16 --batches $big --work /tmp/gts3
+step 04_compiled_small 240 "$py" benchmarks/gpu_torch_yardsticks.py "${yard[@]}" --compile on --precisions bf16,fp16 --batches $small --work /tmp/gts4
