@@ -4,10 +4,12 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
 
+from sweep.errors import ClusterError
 from sweep.limits import count
 from trainables.config import DDP_TIMEOUT_ENV
 
@@ -65,27 +67,46 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
     if address:  # checked by sweep.gcs.check_address before anything else starts
         context = ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.ERROR,
                            **watch)
-    elif nodes > 1:
-        from ray.cluster_utils import Cluster as LocalNodes
+        return Cluster(embedded=False, nodes=alive_nodes(), dashboard_url=_url(context))
+    # Ray logs a dashboard that fails to start in many lines, then raises it: the one line below says it.
+    services_log = logging.getLogger("ray._private.services")
+    level = services_log.level
+    services_log.setLevel(logging.CRITICAL)
+    try:
+        if nodes > 1:
+            from ray.cluster_utils import Cluster as LocalNodes
 
-        node = {"num_cpus": os.cpu_count(), "num_gpus": num_gpus, "object_store_memory": 512 * 2**20}
-        emulated = LocalNodes(initialize_head=True, head_node_args={**node, "include_dashboard": True,
-                                                                   "dashboard_host": dashboard_host})
-        for _ in range(nodes - 1):
-            emulated.add_node(**node)
-        emulated.wait_for_nodes()
-        context = ray.init(address=emulated.address, runtime_env=runtime_env, log_to_driver=False,
-                           logging_level=logging.ERROR, **watch)
-        url = context.dashboard_url
-        return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=f"http://{url}" if url else None,
-                       emulated_nodes=emulated)
-    else:
+            node = {"num_cpus": os.cpu_count(), "num_gpus": num_gpus, "object_store_memory": 512 * 2**20}
+            # dashboard_port None, as ray.init passes it: the dashboard binds 8265 or the next free port of
+            # Ray's 50 retries. Left out, RayParams' default (8265, no retry) fails where 8265 is taken.
+            local = LocalNodes(initialize_head=True, head_node_args={
+                **node, "include_dashboard": True, "dashboard_host": dashboard_host, "dashboard_port": None})
+            for _ in range(nodes - 1):
+                local.add_node(**node)
+            local.wait_for_nodes()
+            context = ray.init(address=local.address, runtime_env=runtime_env, log_to_driver=False,
+                               logging_level=logging.ERROR, **watch)
+            return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=_url(context), emulated_nodes=local)
         # address="local" always starts a new cluster, never a stale one from /tmp/ray.
         context = ray.init(address="local", num_gpus=num_gpus, include_dashboard=True,
                            dashboard_host=dashboard_host, runtime_env=runtime_env, log_to_driver=False,
                            logging_level=logging.ERROR, **watch)
+    except Exception as e:  # noqa: BLE001 - whatever Ray raised (a dashboard with no port it can bind, ...)
+        # What it started is stopped by Ray's own exit handlers (shutdown_at_exit) as the CLI exits. Its message
+        # may be the last lines of the dashboard's log, headed by the log's path: their last error, else that head.
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
+        errors = [line for line in lines if re.match(r"\w*(Error|Exception): ", line)]
+        said = (errors[-1] if errors else lines[0]).removeprefix("Exception: ").rstrip(":")
+        raise ClusterError(f"could not start the embedded Ray (dashboard on {dashboard_host}): {said[:300]}") from None
+    finally:
+        services_log.setLevel(level)
+    return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=_url(context))
+
+
+def _url(context: Any) -> str | None:
+    """The dashboard's URL as Ray reports it (the port it bound); None where the cluster runs none."""
     url = context.dashboard_url
-    return Cluster(embedded=not address, nodes=alive_nodes(), dashboard_url=f"http://{url}" if url else None)
+    return f"http://{url}" if url else None
 
 
 def alive_nodes() -> list[Node]:

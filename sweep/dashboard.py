@@ -66,7 +66,8 @@ def banner(cluster: Any) -> list[str]:
             auth = "token auth is off on this cluster: anyone who reaches this port controls it"
         lines.append(f"Ray dashboard: {cluster.dashboard_url} ({auth})")
     else:
-        lines.append("Ray dashboard: none on this cluster (its head runs without ray[default]'s dashboard)")
+        lines.append("Ray dashboard: none on this cluster (its head started none: no ray[default] there, "
+                     "or its dashboard port was taken)")
     try:
         urls = metrics_urls()
     except Exception:  # noqa: BLE001 - the banner never stops a run

@@ -1,8 +1,12 @@
 """A real two-node Ray cluster on this machine (fake GPUs), joined with --address."""
 from __future__ import annotations
 
+import errno
 import itertools
+import re
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -153,3 +157,79 @@ def test_lost_node_trials_rerun_elsewhere_from_checkpoints(tmp_path: Path) -> No
         # The rerun continued from a checkpoint: its first epochs' rows are the first attempt's.
         assert rows.attempt.iloc[0] == 1 and rows.attempt.iloc[-1] >= 2, rows[["epoch", "attempt"]]
         assert rows.ray_node_id.iloc[-1] != worker.node_id  # it finished on the surviving node
+
+
+@pytest.fixture
+def port_8265_taken() -> Iterator[bool]:
+    """127.0.0.1:8265, Ray's dashboard port, held for the test as another Ray or any server would hold it.
+    Yields whether the test holds it: where another process (a Ray started earlier) does, the premise holds already."""
+    held = socket.socket()
+    try:
+        held.bind(("127.0.0.1", 8265))
+        held.listen()
+        mine = True
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        mine = False
+    try:
+        yield mine
+    finally:
+        held.close()
+
+
+def tiny_sweep(folder: Path, shape: str) -> str:
+    """A sweep file of one short PyTorch trial of `shape` (its GPUs, its nodes), on synthetic data."""
+    path = folder / "taken.yaml"
+    path.write_text("name: taken\ndescription: \"Test sweep: one short trial while 8265 is taken\"\n"
+                    "fixed: {framework: pytorch, model: resnet8_cifar, data: synthetic, batch_per_gpu: 8, epochs: 1,\n"
+                    f"        steps_per_epoch: 2, val_examples: 16, warmup_steps: 1, lr: 0.05, {shape}}}\n")
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["num_gpus: 1", "nodes: 2, gpus_per_node: 1"], ids=["one_node", "across_nodes"])
+def test_embedded_ray_moves_its_dashboard_past_a_taken_8265(port_8265_taken: bool, tmp_path: Path, shape: str) -> None:
+    # Across nodes, the engine starts its nodes through ray.cluster_utils.Cluster, whose default dashboard port is
+    # 8265 with no retry: that run once ended in Ray's traceback (exit 1) where 8265 was taken.
+    out = run_cli(tiny_sweep(tmp_path, shape), "--emulate-gpus", "1", "--results", str(tmp_path / "results"), timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "done: 1 completed, 0 failed" in out.stdout and "Traceback" not in out.stderr
+    port = int(re.search(r"^Ray dashboard: http://127\.0\.0\.1:(\d+) ", out.stdout, re.M).group(1))
+    assert 8265 < port <= 8265 + 50 or (port == 8265 and not port_8265_taken), out.stdout  # the one Ray bound
+
+
+@pytest.mark.slow
+def test_embedded_ray_that_cannot_start_its_dashboard_says_so_in_one_line(tmp_path: Path) -> None:
+    host = "203.0.113.1"  # TEST-NET-3: no address of this machine, so no port of it can be bound
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, 0))
+            pytest.skip(f"{host} is an address of this machine")
+        except OSError:
+            pass
+    # Ray waits RAY_DASHBOARD_STARTUP_TIMEOUT_S (60 s) for a dashboard that never says where it listens.
+    out = run_cli(tiny_sweep(tmp_path, "num_gpus: 1"), "--emulate-gpus", "1", "--dashboard-host", host, "--results",
+                  str(tmp_path / "results"), timeout=400, env={"RAY_DASHBOARD_STARTUP_TIMEOUT_S": "10"})
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
+    assert out.stderr.startswith(f"error: could not start the embedded Ray (dashboard on {host}): "), out.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_joined_cluster_started_with_8265_taken_runs_and_says_it_has_no_dashboard(port_8265_taken: bool,
+                                                                                  tmp_path: Path) -> None:
+    from ray.cluster_utils import Cluster
+
+    # Started as `ray start --head` starts a head: its dashboard on 8265 with no retry, so here none at all.
+    head = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1})
+    try:
+        assert head.webui_url is None  # the premise: the head started no dashboard
+        out = run_cli(tiny_sweep(tmp_path, "num_gpus: 1"), "--address", head.address, "--results",
+                      str(tmp_path / "results"), timeout=400)
+    finally:
+        head.shutdown()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "done: 1 completed, 0 failed" in out.stdout
+    assert "Ray dashboard: none on this cluster (its head started none: no ray[default] there, or its dashboard " \
+           "port was taken)" in out.stdout
