@@ -70,7 +70,7 @@ def _torch_loop(config: dict) -> None:
 
 
 def with_torch_trainer(config: dict) -> None:
-    """A Tune trial that calls TorchTrainer(...).fit() (Ray Train V2), as DESIGN.md's measurement did."""
+    """A Tune trial that calls TorchTrainer(...).fit() (Ray Train V2), as the first measurement of docs/pytorch.md did."""
     from ray import tune
     from ray.train import ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer

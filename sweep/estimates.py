@@ -265,7 +265,7 @@ class Guess:
 def arithmetic(c: TrialConfig) -> tuple[str, str, bool]:
     """What sets a trial's seconds per unit of model cost on given hardware, beyond its network and batch: its
     framework, its precision and whether its step was compiled (an fp16 ResNet-50 trains ~2.5x as fast as its
-    tf32 twin on an H100: ../shared/GPU.md, tf_cnn_benchmarks)."""
+    tf32 twin on an H100: docs/gpus.md, tf_cnn_benchmarks)."""
     return c.framework, c.precision, c.compile
 
 

@@ -2,8 +2,9 @@
 
 A framework whose packages cannot share the driver's (MXNet 1.9.1 needs numpy < 2; the driver may hold
 numpy 2 and pandas 3) gets a venv of the driver's very interpreter, as Ray's workers need the driver's
-Python (DESIGN.md, "Ray's Python rule"). Into it go the framework's extra and the engine's own
-dependencies from pyproject.toml that a trial's workers import, with Ray's core pinned to the
+Python (Ray checks every worker's against the driver's, to the patch level by default). Into it go the
+framework's extra and the engine's own dependencies from pyproject.toml that a trial's workers import,
+with Ray's core pinned to the
 driver's version; the engine's code reaches it through PYTHONPATH (sweep/environments.py,
 Environment.runtime_env). Where it lives and how the driver finds it: sweep/environments.py
 (env_dir, made_environment).

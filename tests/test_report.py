@@ -333,6 +333,39 @@ def test_a_trial_that_fell_back_to_synthetic_data_is_not_pooled(runs) -> None:
     assert "differ only" not in out.stdout
 
 
+def test_a_report_says_on_the_console_why_accuracy_is_null(runs, mix) -> None:
+    """Issue 40: without CIFAR-10 a trial that asked for it trains on synthetic data, and its accuracy is null;
+    the report says why on the console, not only in report.md. A run that had its data says nothing of it."""
+    out = run_cli("report", str(runs["fallback"]), "--out", str(runs["fallback"] / "report-null"), timeout=120)
+    assert out.returncode == 0, out.stderr
+    trials = pd.read_parquet(runs["fallback"] / "trials")
+    fell = trials[(trials.data == "cifar10") & (trials.data_kind == "synthetic")]
+    assert len(fell) == 1 and fell.final_val_acc.isna().all() and fell.final_train_acc.isna().all()
+    said = "No accuracy in 1 trial: no CIFAR-10 was found under the data folder, so it trained on synthetic data"
+    assert said in out.stdout
+    assert said in (runs["fallback"] / "report-null" / "report.md").read_text()
+    assert "No accuracy" not in mix[0].stdout
+
+
+def test_headings_name_a_study_only_as_the_layout_they_follow(mix) -> None:
+    """Issue 40: report_mix is no study, and its headings never read as if it were one: each names a study
+    with the words that say which ("as in study 004, TF's benchmark table")."""
+    from sweep.report import seeds
+
+    printed, out = mix
+    md = (out / "report.md").read_text()
+    for text in (md, printed.stdout):
+        named = list(re.finditer(r"study (\d{3})", text))
+        assert named, text[:500]
+        for m in named:
+            assert text[m.end():].startswith(f", {seeds.STUDIES[m.group(1)][1]}"), text[m.start() - 60:m.end() + 40]
+    assert "Throughput, speedup and efficiency (as in study 004, TF's benchmark table)" in printed.stdout
+    for heading in ("## Per trial group (as in study 000, Keras' MXNet vs TensorFlow backends)",
+                    "LR scaling: accuracy, time per epoch and throughput per trial (as in study 001, MXNet's LR-scaling grid)",
+                    "Time to accuracy 0.7 (DAWNBench's rule, as in study 003, Poseidon)"):
+        assert heading in md, heading
+
+
 # --- bad input: exit 2, one line -----------------------------------------------------------------------
 
 def test_bad_input_is_one_line_and_exit_2(runs, tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from matplotlib.figure import Figure
 
 from sweep import max_batch, overrides
 from sweep.report import plots, seeds
-from sweep.report.figures import provenance, scaling, status_label, trial_figures
+from sweep.limits import count
+from sweep.report.figures import FALLBACK, provenance, scaling, status_label, trial_figures
 from sweep.report.load import Run
 from sweep.store import RunStore
 from sweep.report.tables import (Table, framework_tables, lr_scaling_table, per_run_tables, precision_tables, ratio_tables, throughput_table,
@@ -29,6 +30,11 @@ class Report:
     target_acc: float | None
     plots: dict[str, Figure | None]  # file stem -> figure, None where there was nothing to draw
     max_batch: Table | None = None  # batch_per_gpu: max: each configuration's boundary (sweep/max_batch.py)
+
+    @property
+    def precision(self) -> Table | None:
+        """The precision table (among the ratio tables), where the run varies precision or the compiler."""
+        return next((t for t in self.ratios if t.name == "precision"), None)
 
     def tables(self) -> list[Table]:
         return [self.throughput, *self.ratios, *self.per_run, *self.frameworks, self.lr_scaling,
@@ -97,3 +103,14 @@ def summary_line(run: Run, figures: pd.DataFrame) -> str:
     if unfinished:
         text += f"; {len(unfinished)} of run.json's trials have no summary row (not run or not finished)"
     return text
+
+
+def accuracy_note(figures: pd.DataFrame) -> str | None:
+    """Why accuracy is null where trials asked for CIFAR-10 and, finding none, trained on synthetic data; None
+    where none did. Said on the console and in report.md: a null accuracy otherwise looks like a fault."""
+    fell = figures[figures["data_kind"] == FALLBACK]
+    if fell.empty:
+        return None
+    return (f"No accuracy in {count(len(fell), 'trial')}: no CIFAR-10 was found under the data folder, so "
+            f"{'it' if len(fell) == 1 else 'they'} trained on synthetic data, and val_acc and train_acc are null "
+            "(`python -m sweep data fetch cifar10` fetches it; docs/data.md).")

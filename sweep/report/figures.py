@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from sweep.schema import Status
+from trainables.config import PRECISIONS
 
 # Statuses whose measurements count in the tables; the others are shown by name.
 USABLE = tuple(s.value for s in Status if s.done)
@@ -39,7 +40,8 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
 
     images_per_sec is the steady-state rate (warm-up steps excluded) from the summary row; only where a
     trial has no post-warm-up step does it fall back to the mean whole-epoch rate (images_per_sec_source
-    says which). training_time_s is the sum of epoch times, time_per_epoch_s their mean (study 000).
+    says which), images_per_sec_stderr its standard error (steady_stderr). training_time_s is the sum of
+    epoch times, time_per_epoch_s their mean (as study 000 measures them). Rows in ORDER, then lr and GPUs.
     """
     fig = trials.copy().reset_index(drop=True)
     fig["data_kind"] = _filled_data_kind(fig)
@@ -53,6 +55,10 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     fig["images_per_sec"] = steady.where(steady.notna(), fallback)
     fig["images_per_sec_source"] = ["steady" if pd.notna(s) else ("epoch" if pd.notna(f) else None)
                                     for s, f in zip(steady, fallback)]
+    # The standard error of the trial's steady rate, pooled from its epochs' (report --against: is a ratio noise?).
+    pooled = {trial: steady_stderr(rows) for trial, rows in by_trial}
+    fig["images_per_sec_stderr"] = [pooled.get(t, math.nan) if source == "steady" else math.nan
+                                    for t, source in zip(fig["trial_id"], fig["images_per_sec_source"])]
     fig["training_time_s"] = fig["trial_id"].map(epoch_time_sum)
     fig["time_per_epoch_s"] = fig["mean_epoch_time_s"]
     fig["train_acc"] = fig["final_train_acc"]
@@ -61,11 +67,29 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     fig["device_mem_mib"] = [sum(m) if m is not None and len(m) else math.nan for m in fig["peak_device_mem_mib"]]
     fig["nodes"] = fig["nodes"].fillna(1).astype(int) if "nodes" in fig else 1  # runs stored before `nodes`: one
     fig["gpus"] = gpu_labels(fig)  # every table's name for a trial's GPUs: "2 on 2 nodes" where the run needs it
-    fig = fig.sort_values(["framework", "model", "batch_per_gpu", "data_kind", "lr_setting", "num_gpus", "lr"],
-                          kind="stable").reset_index(drop=True)
+    fig = in_speed_order(fig, then=["lr_setting", "num_gpus", "nodes", "lr", "trial_id"]).reset_index(drop=True)
     fig["speed_group"] = group_labels(fig, SPEED_KEY)
     fig["trial_group"] = group_labels(fig, GROUP_KEY)
     return fig
+
+
+def steady_stderr(epochs: pd.DataFrame) -> float:
+    """The standard error of a trial's steady images/s (the mean of its per-step rates over every timed step),
+    from its epoch rows, each of which holds the mean, standard error and count of its own steps' rates: the
+    steps' variance is their within-epoch variance plus the epochs' spread around the trial's mean. NaN
+    where fewer than two steps were timed, or an epoch of several steps has no stderr."""
+    if "steady_images_per_sec_stderr" not in epochs or "steady_steps" not in epochs:  # rows of an older store
+        return math.nan
+    rows = epochs[epochs["steady_images_per_sec"].notna() & (epochs["steady_steps"].fillna(0) > 0)]
+    means, steps = rows["steady_images_per_sec"].to_numpy(float), rows["steady_steps"].to_numpy(float)
+    stderrs = rows["steady_images_per_sec_stderr"].to_numpy(float)
+    total = steps.sum()
+    if total < 2 or any(math.isnan(se) for se, n in zip(stderrs, steps) if n > 1):
+        return math.nan
+    mean = (means * steps).sum() / total
+    within = sum((n - 1) * se * se * n for se, n in zip(stderrs, steps) if n > 1)  # (n - 1) x sd^2, sd = se x sqrt(n)
+    between = (steps * (means - mean) ** 2).sum()
+    return math.sqrt((within + between) / (total - 1) / total)
 
 
 FALLBACK = "synthetic (no CIFAR-10)"  # a trial that asked for cifar10 and ran on synthetic data
@@ -80,6 +104,26 @@ def _filled_data_kind(trials: pd.DataFrame) -> pd.Series:
              for kind, data in zip(trials["data_kind"], trials["data"])]
     return pd.Series([FALLBACK if kind == "synthetic" and data == "cifar10" else kind
                       for kind, data in zip(kinds, trials["data"])], index=trials.index, dtype=object)
+
+
+# The order of every table's groups, whatever order the store read the rows in: the speed key's parts in
+# this order, a precision as PRECISIONS lists it (fp32, tf32, fp16, bf16), the compiled ones after them all.
+ORDER = ["framework", "model", "batch_per_gpu", "data_kind", "compile", "precision", "image_size", "kvstore",
+         "variable_update", "cpus_per_trial"]
+
+
+def in_speed_order(frame: pd.DataFrame, then: list[str]) -> pd.DataFrame:
+    """The rows sorted by ORDER and then by `then` (columns the frame lacks are skipped)."""
+    columns = [c for c in [*ORDER, *then] if c in frame]
+    return frame.sort_values(columns, key=_sort_key, kind="stable", na_position="last")
+
+
+def _sort_key(column: pd.Series) -> pd.Series:
+    if column.name == "precision":
+        return column.map(lambda p: PRECISIONS.index(p) if p in PRECISIONS else len(PRECISIONS))
+    if column.name == "compile":
+        return column.fillna(False).astype(bool)
+    return column
 
 
 def _lr_setting(row: Any) -> str:
@@ -154,13 +198,15 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
     its usable trials: several where they differ only in settings that do not change a step's speed (lr,
     its schedule, the seed: `pooled` names which). speedup(n) = images/s(n) / images/s(1) within the group,
     efficiency = speedup / n. Where the group has no usable 1-GPU trial, speedup and efficiency stay empty
-    and `baseline` says why.
+    and `baseline` says why. Each figure has its standard error (`images_per_sec_stderr`, `speedup_stderr`,
+    `efficiency_stderr`: from the trials' timed steps; NaN where a trial timed fewer than two).
     """
     rows = []
     for group, trials in figures.groupby("speed_group", sort=False):
         usable = trials[trials["status"].isin(USABLE) & trials["images_per_sec"].notna()]
         one = trials[trials["num_gpus"] == 1]
-        base = usable.loc[usable["num_gpus"] == 1, "images_per_sec"].mean()
+        base_trials = usable[usable["num_gpus"] == 1]
+        base, base_stderr = base_trials["images_per_sec"].mean(), _mean_stderr(base_trials)
         if pd.notna(base):
             baseline = "ok"
         elif one.empty:
@@ -171,17 +217,34 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
             ok = cell[cell.index.isin(usable.index)]
             rate = ok["images_per_sec"].mean() if len(ok) else math.nan
             speedup = rate / base if pd.notna(rate) and pd.notna(base) else math.nan
+            rate_stderr = _mean_stderr(ok)
+            if pd.isna(speedup):
+                speedup_stderr = math.nan
+            elif ok.index.equals(base_trials.index):  # the baseline over itself: exactly 1
+                speedup_stderr = 0.0
+            else:  # independent measurements: relative errors add in quadrature
+                speedup_stderr = speedup * math.hypot(rate_stderr / rate, base_stderr / base)
             rows.append({
                 "speed_group": group, **{k: cell.iloc[0][k] for k in SPEED_KEY},
                 "num_gpus": int(num_gpus), "nodes": int(nodes), "gpus": cell.iloc[0]["gpus"], "trials": len(ok),
                 "status": "ok" if len(ok) else "/".join(sorted({status_label(s) for s in cell["status"]})),
-                "images_per_sec": rate,
+                "images_per_sec": rate, "images_per_sec_stderr": rate_stderr,
                 "images_per_sec_source": "/".join(sorted(set(ok["images_per_sec_source"].dropna()))) or None,
                 "speedup": speedup, "efficiency": speedup / num_gpus if pd.notna(speedup) else math.nan,
+                "speedup_stderr": speedup_stderr, "efficiency_stderr": speedup_stderr / num_gpus,
                 "baseline": baseline,
                 "pooled": ", ".join(c for c in POOLED if ok[c].astype(str).nunique() > 1),
             })
     return pd.DataFrame(rows)
+
+
+def _mean_stderr(trials: pd.DataFrame) -> float:
+    """The standard error of the mean images/s of these trials: their own, in quadrature, over their count;
+    NaN where any has none (or there are none)."""
+    stderrs = trials["images_per_sec_stderr"] if "images_per_sec_stderr" in trials else pd.Series(dtype=float)
+    if stderrs.empty or stderrs.isna().any():
+        return math.nan
+    return math.sqrt((stderrs ** 2).sum()) / len(stderrs)
 
 
 def gpu_labels(trials: pd.DataFrame) -> list[Any]:

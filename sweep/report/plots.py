@@ -48,8 +48,11 @@ def _lines(long: pd.DataFrame, column: str) -> list[tuple[str, pd.DataFrame]]:
     return lines
 
 
-def plot_throughput(long: pd.DataFrame, emulated: bool) -> Figure:
-    """Images/s vs GPUs per speed group, each with its ideal linear line from the 1-GPU rate."""
+def plot_throughput(long: pd.DataFrame, emulated: bool) -> Figure | None:
+    """Images/s vs GPUs per speed group, each with its ideal linear line from the 1-GPU rate; None where the run
+    measured one GPU count only (a largest-batch search alone): a dot per group is no scaling, the table has it."""
+    if long.loc[long["images_per_sec"].notna(), "num_gpus"].nunique() < 2:
+        return None
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax = fig.add_subplot()
     for group, cells in _lines(long, "images_per_sec"):
@@ -62,12 +65,16 @@ def plot_throughput(long: pd.DataFrame, emulated: bool) -> Figure:
     return _finish(fig, ax, "GPUs per trial", "throughput (images/s, steady state)", "Throughput vs GPUs", emulated)
 
 
-def plot_efficiency(long: pd.DataFrame, emulated: bool) -> Figure:
+def plot_efficiency(long: pd.DataFrame, emulated: bool) -> Figure | None:
+    """Efficiency vs GPUs per speed group; None where no group has one (the ideal line alone would be all of it)."""
+    # A group with its 1-GPU point alone is 100% by definition: no line.
+    lines = [(group, cells) for group, cells in _lines(long, "efficiency") if cells["num_gpus"].nunique() > 1]
+    if not lines:
+        return None
     fig = Figure(figsize=(10, 4.5), layout="constrained")
     ax = fig.add_subplot()
-    for group, cells in _lines(long, "efficiency"):
-        if cells["num_gpus"].nunique() > 1:  # a group with its 1-GPU point alone is 100% by definition: no line
-            ax.plot(cells["num_gpus"], 100 * cells["efficiency"], marker="o", label=group)
+    for group, cells in lines:
+        ax.plot(cells["num_gpus"], 100 * cells["efficiency"], marker="o", label=group)
     ax.axhline(100, linestyle=":", color="gray", label="ideal (100%)")
     ax.set_xticks(sorted(long["num_gpus"].unique()))
     return _finish(fig, ax, "GPUs per trial", "scaling efficiency (% of linear)", "Scaling efficiency vs GPUs", emulated)

@@ -42,8 +42,14 @@ def _cells(table: Table) -> tuple[list[str], list[list[str]]]:
                 break
             shown[level] = ""
         previous = keys
-        body.append(shown + [format_cell(v, table.unit(row, c)) for c, v in values.items()])
+        body.append(shown + [_with_mark(format_cell(v, table.unit(row, c)), table, row, c) for c, v in values.items()])
     return header, body
+
+
+def _with_mark(text: str, table: Table, row: Any, column: Any) -> str:
+    """The cell's text and its mark, where the table marks it (a comparison's "within noise")."""
+    mark = table.marks.loc[row, column] if table.marks is not None else ""
+    return f"{text} {mark}" if mark else text
 
 
 def render_markdown(table: Table, level: int = 3) -> str:

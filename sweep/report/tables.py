@@ -8,7 +8,10 @@ from typing import Any
 import pandas as pd
 
 from sweep.limits import count
-from sweep.report.figures import GROUP_KEY, SPEED_KEY, USABLE, batch_label, group_labels, provenance, status_label
+from sweep.report.figures import (GROUP_KEY, SPEED_KEY, USABLE, batch_label, group_labels, in_speed_order, provenance,
+                                  status_label)
+from sweep.report.seeds import as_in
+from trainables.config import PRECISIONS
 
 NO_TRIAL = "-"
 RATIO_AXES = ("data_kind", "batch_per_gpu", "framework", "model")
@@ -23,6 +26,11 @@ class Table:
     default_unit: str = ""
     notes: list[str] = field(default_factory=list)
     source: str = ""
+    # Each number's standard error where it is known (same index and columns as frame, NaN elsewhere):
+    # what tells a difference between two runs from their noise (compare.py).
+    stderr: pd.DataFrame | None = None
+    # Words shown after a cell's number (same index and columns; "" for none): compare.py's noise verdicts.
+    marks: pd.DataFrame | None = None
 
     def unit(self, row: Any, column: Any) -> str:
         first = row[0] if isinstance(row, tuple) else row
@@ -30,15 +38,18 @@ class Table:
 
 
 def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
-    """Study 004: rows images/s, speedup, efficiency for each GPU count; a column per speed group."""
+    """Study 004's layout: rows images/s, speedup, efficiency for each GPU count; a column per speed group, the
+    groups in one order (figures.ORDER) whatever order the rows came in. Each number's stderr kept beside."""
     gpus = gpu_rows(long)
-    groups = list(dict.fromkeys(long["speed_group"]))
+    groups = list(dict.fromkeys(in_speed_order(long, then=["num_gpus", "nodes"])["speed_group"]))
     index = pd.MultiIndex.from_tuples([(m, n) for m in ("images/s", "speedup", "efficiency") for n in gpus],
                                       names=["", "GPUs"])
     frame = pd.DataFrame(NO_TRIAL, index=index, columns=groups, dtype=object)
+    stderr = pd.DataFrame(math.nan, index=index, columns=groups, dtype=float)
     for _, cell in long.iterrows():
         group, gpus_row = cell["speed_group"], cell["gpus"]
         frame.loc[("images/s", gpus_row), group] = cell["images_per_sec"] if cell["trials"] else cell["status"]
+        stderr.loc[("images/s", gpus_row), group] = cell.get("images_per_sec_stderr", math.nan)
         for metric in ("speedup", "efficiency"):
             if not cell["trials"]:
                 value = cell["status"]
@@ -46,6 +57,7 @@ def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
                 value = f"n/a ({cell['baseline']})"
             else:
                 value = cell[metric]
+                stderr.loc[(metric, gpus_row), group] = cell.get(f"{metric}_stderr", math.nan)
             frame.loc[(metric, gpus_row), group] = value
     notes = ["images/s: steady state (tf_cnn_benchmarks style: warm-up steps excluded), all GPUs of a trial together; "
              "speedup(n) = images/s(n) / images/s(1) of the same framework, model, batch per GPU and data; "
@@ -61,8 +73,9 @@ def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
         notes.append(f"{row.speed_group}, {row.gpus} GPUs: no step after warm-up, images/s is the whole-epoch rate.")
     if any(isinstance(g, str) for g in gpus):
         notes.append("N on K nodes: N GPUs spread over K nodes, a cell of its own (the all-reduce crosses the network).")
-    return Table("throughput", "Throughput, speedup and efficiency (study 004)", frame,
-                 units={"images/s": "img/s", "speedup": "x", "efficiency": "%"}, notes=notes, source=source)
+    return Table("throughput", f"Throughput, speedup and efficiency ({as_in('004')})", frame,
+                 units={"images/s": "img/s", "speedup": "x", "efficiency": "%"}, notes=notes, source=source,
+                 stderr=stderr)
 
 
 def gpu_rows(cells: pd.DataFrame) -> list[Any]:
@@ -112,39 +125,65 @@ def precision_setting(precision: Any, compiled: Any) -> str:
     return f"{precision}{' + compiled' if bool(compiled) else ''}"
 
 
+def setting_rank(setting: str) -> tuple[bool, int]:
+    """A precision setting's place among the columns: as PRECISIONS lists them, each compiled one after them all."""
+    precision, _, compiled = setting.partition(" + ")
+    return bool(compiled), PRECISIONS.index(precision) if precision in PRECISIONS else len(PRECISIONS)
+
+
+PRECISION_BASES = ("fp32", "tf32")  # what a row's settings are divided by: fp32, else the frameworks' default
+
+
 def precision_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
-    """Precision (and the compiler) beside the GPU count: images/s of each setting per GPUs, and each over the
-    framework default (tf32, not compiled), other keys equal. Only where a run varies them."""
+    """Precision (and the compiler) beside the GPU count: for each framework, model, batch per GPU, data and GPU
+    count, images/s of each setting, and each setting over fp32 in the same row (over tf32, the frameworks'
+    default, in a row without an fp32 number). Columns in one order (setting_rank). Only where a run varies them."""
     if long.empty:
         return []
-    cells = long.copy()
+    cells = in_speed_order(long, then=["num_gpus", "nodes"]).copy()
     cells["setting"] = [precision_setting(p, x) for p, x in zip(cells["precision"], cells["compile"])]
-    settings = sorted(cells["setting"].unique(), key=lambda s: (s.endswith("compiled"), s != "tf32", s))
+    settings = sorted(cells["setting"].unique(), key=setting_rank)
     if len(settings) < 2:
         return []
     cells["other"] = group_labels(cells, SPEED_KEY, exclude=("precision", "compile"))
-    rows = cells.drop_duplicates(["other", "num_gpus", "nodes"]).sort_values(["other", "num_gpus", "nodes"])
+    first = {other: i for i, other in enumerate(dict.fromkeys(cells["other"]))}  # ORDER's, as the throughput table's
+    rows = cells.drop_duplicates(["other", "num_gpus", "nodes"])
+    rows = rows.assign(rank=rows["other"].map(first)).sort_values(["rank", "num_gpus", "nodes"], kind="stable")
     frame = pd.DataFrame(NO_TRIAL, dtype=object, columns=settings,
                          index=pd.MultiIndex.from_tuples(list(zip(rows["other"], rows["gpus"])), names=["", "GPUs"]))
     for row in cells.itertuples():
         frame.loc[(row.other, row.gpus), row.setting] = row.images_per_sec if row.trials else row.status
+    ratios = _precision_ratios(frame, settings)
     notes = ["images/s: steady state, all GPUs of a trial together; precision tf32 is each framework's default "
              "(TF32 tensor cores allowed on GPUs that have them, plain fp32 elsewhere), fp32 turns TF32 off, "
              "fp16 and bf16 are mixed precision (fp16 with dynamic loss scaling), + compiled: the train step "
              "compiled (TensorFlow: XLA; PyTorch: torch.compile, inductor)."]
-    if "tf32" in settings:
+    if ratios.columns.size:
+        notes.append("S / fp32: images/s of setting S over fp32's in the same row (same framework, model, batch per "
+                     "GPU, data and GPUs); S / tf32: over tf32's, the frameworks' default, in a row without fp32.")
+    frame = pd.concat([frame, ratios], axis=1)
+    units = {c: ("x" if c in ratios.columns else "img/s") for c in frame.columns}
+    title = "Throughput by precision and compiler per GPU count, and each over fp32 (tf32 where a row has no fp32)"
+    return [Table("precision", title, frame, units=units, notes=notes, source=source)]
+
+
+def _precision_ratios(frame: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
+    """Each row's settings over its base (the first of PRECISION_BASES with a number in the row): a column
+    "S / BASE" for each setting and base that some row has; NO_TRIAL where the row's base is another."""
+    rows = [row for _, row in frame.iterrows()]
+    bases = [next((b for b in PRECISION_BASES if b in frame and _is_rate(row[b])), None) for row in rows]
+    columns: dict[str, list[Any]] = {}
+    for base in PRECISION_BASES:
         for setting in settings:
-            if setting == "tf32":
-                continue
-            ratios = []
-            for (other, gpus), values in frame.iterrows():
-                a, b = values[setting], values["tf32"]
-                ratios.append(a / b if isinstance(a, float) and isinstance(b, float) and b else NO_TRIAL)
-            frame[f"{setting} / tf32"] = ratios
-        notes.append("setting / tf32: images/s of that setting over the default's, same GPUs and every other key equal.")
-    units = {c: ("x" if c.endswith("/ tf32") else "img/s") for c in frame.columns}
-    return [Table("precision", "Throughput by precision and compiler, per GPU count", frame, units=units, notes=notes,
-                  source=source)]
+            values = [row[setting] / row[base] if mine == base and _is_rate(row[setting]) else NO_TRIAL
+                      for row, mine in zip(rows, bases)]
+            if setting != base and any(v != NO_TRIAL for v in values):
+                columns[f"{setting} / {base}"] = values
+    return pd.DataFrame(columns, index=frame.index, dtype=object)
+
+
+def _is_rate(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
 
 
 def _axis_value(axis: str, value: Any) -> str:
@@ -254,7 +293,7 @@ def lr_scaling_table(figures: pd.DataFrame, source: str = "") -> Table:
     notes = ["Accuracy: validation accuracy after the last epoch; samples/s: steady state, all GPUs together."]
     if (figures["data_kind"] == "synthetic").any():
         notes.append("n/a accuracy: synthetic data.")
-    return Table("lr_scaling", "LR scaling: accuracy, time per epoch and throughput per trial (study 001)", frame,
+    return Table("lr_scaling", f"LR scaling: accuracy, time per epoch and throughput per trial ({as_in('001')})", frame,
                  units={"Accuracy (validation)": "acc", "Epochs": "int", "Training time (s/epoch)": "s",
                         "Throughput (samples/s)": "img/s", "lr": "lr"}, notes=notes, source=source)
 
@@ -302,7 +341,7 @@ def time_to_accuracy_table(tta: pd.DataFrame, target: float, source: str = "") -
                          dtype=object)
     notes = [f"Target: validation accuracy >= {target:g}. Wall time: training epochs up to the first that reaches it "
              "(evaluation excluded); GPU-hours = wall time x GPUs / 3600."]
-    return Table("time_to_accuracy", f"Time to accuracy {target:g} (study 003, DAWNBench)", frame,
+    return Table("time_to_accuracy", f"Time to accuracy {target:g} (DAWNBench's rule, {as_in('003')})", frame,
                  units={"Epochs to target": "int", "Wall time (s)": "s", "GPU-hours": "h", "Best val acc": "acc"},
                  notes=notes, source=source)
 

@@ -9,13 +9,18 @@ import pandas as pd
 from sweep import location
 from sweep.errors import UsageError
 from sweep.location import RemotePath
-from sweep.report.build import Report, build_report, summary_line
-from sweep.report.compare import write_comparison
+from sweep.report import seeds
+from sweep.report.build import Report, accuracy_note, build_report, summary_line
+from sweep.report.compare import differences, write_comparison
 from sweep.report.figures import USABLE, status_label
 from sweep.report.load import find_run, load_run
 from sweep.report.plots import EMULATED_NOTE
 from sweep.report.render import render_markdown, render_text
 from sweep.runs import results_location
+
+NO_ACCURACY = "no validation accuracy in this run (synthetic data, or no trial completed)"
+NOT_DRAWN = {"throughput_vs_gpus": "one GPU count measured in this run: no scaling to draw",  # why a plot is None
+             "efficiency_vs_gpus": "no speed group measured at 1 GPU and more: no scaling to draw"}
 
 
 def write_report(report: Report, out: Path) -> list[Path]:
@@ -53,11 +58,13 @@ def write_report(report: Report, out: Path) -> list[Path]:
         md.append(f"- Sweep file: {run.sweep_problem}")
     if run.emulated:
         md.append(f"- **{EMULATED_NOTE}**: GPU counts are emulated on CPU devices, to test function only.")
+    if note := accuracy_note(report.figures):
+        md.append(f"- {note}")
     if report.max_batch:
         md += ["", "## Largest batch that fits", "", render_markdown(report.max_batch)]
     md += ["", "## Throughput", "", render_markdown(report.throughput)]
     md += [render_markdown(t) for t in report.ratios]
-    md += ["## Per trial group (study 000)", ""] + [render_markdown(t) for t in report.per_run]
+    md += [f"## Per trial group ({seeds.as_in('000')})", ""] + [render_markdown(t) for t in report.per_run]
     if report.frameworks:
         md += ["## Frameworks side by side", ""] + [render_markdown(t) for t in report.frameworks]
     md += ["## LR scaling", "", render_markdown(report.lr_scaling)]
@@ -71,8 +78,7 @@ def write_report(report: Report, out: Path) -> list[Path]:
                   "(synthetic data, or no epoch finished).\n")
     md += ["## Plots", ""]
     for name, fig in report.plots.items():
-        md.append(f"![{name}]({name}.png)\n" if fig is not None else f"- {name}: not drawn, no validation accuracy "
-                  "in this run (synthetic data, or no trial completed).\n")
+        md.append(f"![{name}]({name}.png)\n" if fig is not None else f"- {name}: not drawn, {NOT_DRAWN.get(name, NO_ACCURACY)}.\n")
     failed = report.figures[~report.figures["status"].isin(USABLE)]
     if not failed.empty:
         md += ["## Trials that did not complete", ""]
@@ -107,16 +113,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     if other:
         files, main_table = write_comparison(report, other, out)
         print(f"A: {summary_line(run, report.figures)}\nB: {summary_line(other.run, other.figures)}")
+        for heading, lines in differences(report, other):
+            print(f"{heading}:", *(f"  {line}" for line in lines), sep="\n")
     else:
         files, main_table = write_report(report, out), report.throughput
         print(summary_line(run, report.figures))
     if run.emulated:
         print(EMULATED_NOTE)
-    print()
-    print(render_text(main_table))
-    if not other and report.max_batch:
-        print()
-        print(render_text(report.max_batch))
+    for side, built in [("A: ", report), ("B: ", other)] if other else [("", report)]:
+        if note := accuracy_note(built.figures):
+            print(side + note)
+    # The main table, then the tables a run's own axes call for: precision, the largest batch.
+    for table in [main_table, *([report.precision, report.max_batch] if not other else [])]:
+        if table is not None:
+            print()
+            print(render_text(table))
     print()
     print(f"wrote {len(files)} files to {out}: " + ", ".join(p.name for p in files))
     return 0
