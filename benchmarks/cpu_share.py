@@ -51,6 +51,40 @@ def sample() -> dict[int, tuple[int, str]]:
     return out
 
 
+Samples = list[tuple[float, dict[int, tuple[int, str]]]]  # (monotonic time, sample()) in time order
+
+
+def tally(samples: Samples, ranks: list[str], busy: float,
+          me: int | None = None) -> tuple[float, float, Counter[int], dict[int, str]]:
+    """The window: the intervals between samples in which the ranks' CPU time grew by at least `busy` cores.
+
+    Returns the window's seconds, the seconds sampled, each process's CPU seconds in the window (pid ->
+    seconds) and its command line. A process first seen at an interval's end started in it: all its CPU time
+    so far counts there (a rank that starts and spins between two samples is no less busy for it); one that
+    ends between two samples loses its last interval's. Whether a process is a rank is read from its command
+    line at the interval's end. `me`, this script, counts nowhere: its own command line holds the ranks'
+    marker when --ranks is given, and its sampling is no rank's work."""
+    used: Counter[tuple[int, str]] = Counter()
+    window = 0.0
+    for (t0, before), (t1, after) in zip(samples, samples[1:]):
+        ticks = {pid: after[pid][0] - (before[pid][0] if pid in before else 0) for pid in after if pid != me}
+        names = {pid: after[pid][1] for pid in ticks}
+        rank_cores = sum(n for pid, n in ticks.items() if any(r in names[pid] for r in ranks)) / TICK / (t1 - t0)
+        if rank_cores < busy:
+            continue
+        window += t1 - t0
+        for pid, n in ticks.items():
+            if n:
+                used[(pid, names[pid])] += n / TICK  # a rank's name changes with its call: keyed by pid too
+    by_pid: Counter[int] = Counter()
+    names: dict[int, str] = {}
+    for (pid, name), seconds in used.items():
+        by_pid[pid] += seconds
+        names.setdefault(pid, name)
+    sampled = samples[-1][0] - samples[0][0] if samples else 0.0
+    return window, sampled, by_pid, names
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -59,31 +93,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ranks = [r for r in args.ranks.split(",") if r]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    samples = []
+    samples: Samples = []
     while proc.poll() is None:
         samples.append((time.monotonic(), sample()))
         time.sleep(args.interval)
-    used: Counter[tuple[int, str]] = Counter()
-    window = 0.0
-    for (t0, before), (t1, after) in zip(samples, samples[1:]):
-        ticks = {pid: after[pid][0] - before[pid][0] for pid in after if pid in before}
-        names = {pid: after[pid][1] for pid in ticks}
-        rank_cores = sum(n for pid, n in ticks.items() if any(r in names[pid] for r in ranks)) / TICK / (t1 - t0)
-        if rank_cores < args.busy:
-            continue
-        window += t1 - t0
-        for pid, n in ticks.items():
-            if n and pid != os.getpid():
-                used[(pid, names[pid])] += n / TICK  # a rank's name changes with its call: keyed by pid too
+    window, sampled, by_pid, names = tally(samples, ranks, args.busy, me=os.getpid())
     if not window:
         print(f"cpu_share: the ranks ({', '.join(ranks)}) never used {args.busy} cores together (exit {proc.returncode})")
         return 1
-    by_pid: Counter[int] = Counter()
-    names: dict[int, str] = {}
-    for (pid, name), seconds in used.items():
-        by_pid[pid] += seconds
-        names.setdefault(pid, name)
-    print(f"window: {window:.1f} s in which the ranks used >= {args.busy} cores; share of one core per process:")
+    print(f"window: {window:.2f} s of {sampled:.2f} s sampled in which the ranks used >= {args.busy} cores; "
+          "share of one core per process:")
     for pid, seconds in by_pid.most_common(args.top):
         print(f"  {100 * seconds / window:6.2f}%  {pid:>7}  {' '.join(names[pid].split())[:100]}")
     is_rank = {pid: any(r in names[pid] for r in ranks) for pid in by_pid}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -67,22 +68,76 @@ def test_script_help(script: str) -> None:
     assert "usage" in proc.stdout
 
 
-def test_cpu_share_finds_the_busy_rank_and_its_window() -> None:
-    # A "rank" (its command line holds the marker) spins for 3 s under an idle parent shell: the window is the
-    # spin, the rank takes about a whole core of it and the parent next to nothing. (Not the sum of every other
-    # process: that is whatever else this machine runs meanwhile.)
-    spin = "import sys, time\nend = time.time() + 3\nwhile time.time() < end: pass"
-    parent = 'idle_parent=1; "$0" -c "$1" spinning-rank; exit $?'
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_share.py"), "--ranks", "spinning-rank",
-                           "--busy", "0.7", "--interval", "0.25", "--", "sh", "-c", parent, sys.executable, spin],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+def test_cpu_share_tally_keeps_the_intervals_the_ranks_fill() -> None:
+    """The window and the shares, from samples made up here: no process runs, so no load can move them."""
+    import cpu_share
+
+    t = cpu_share.TICK
+    # Cores used in each 0.5 s interval by rank 11, rank 12, the driver 20, an idle parent 30 and the script
+    # itself 40 (whose command line holds the marker, as `--ranks TrialWorker` puts it there): start-up, three
+    # busy intervals (the ranks at 1.6, 1.8, 2.0 cores together), then rank 11 is no rank any more (its command
+    # line at the interval's end says so) and the ranks are at 0.6 cores, the script at 1.2.
+    per_interval = [(0.1, 0.1, 0.5, 0, 0.2), (0.8, 0.8, 0.1, 0, 0.2), (0.9, 0.9, 0.1, 0, 0.2),
+                    (1.0, 1.0, 0.2, 0, 0.2), (1.0, 0.6, 0.5, 0, 1.2)]
+    samples, totals = [], [0.0] * 5
+    for i in range(len(per_interval) + 1):
+        names = ["ray::TrialWorker.train" if i < 5 else "ray::IDLE", "ray::TrialWorker.validate",
+                 "python -m sweep one.yaml", "sh -c wait", "cpu_share.py --ranks TrialWorker -- python -m sweep"]
+        samples.append((0.5 * i, {pid: (round(totals[k] * t), names[k]) for k, pid in enumerate((11, 12, 20, 30, 40))}))
+        if i < len(per_interval):
+            totals = [total + 0.5 * cores for total, cores in zip(totals, per_interval[i])]
+    samples[4][1][50] = (t // 2, "late")  # started in a busy interval: all its CPU time counts there
+    samples[5][1][60] = (t // 2, "later")  # started in one the window leaves out
+    window, sampled, seconds, names = cpu_share.tally(samples, ["TrialWorker"], busy=1.5, me=40)
+    assert window == pytest.approx(1.5) and sampled == pytest.approx(2.5)
+    assert seconds[11] == pytest.approx(0.5 * 2.7) and seconds[12] == pytest.approx(0.5 * 2.7)
+    assert seconds[20] == pytest.approx(0.5 * 0.4) and seconds[50] == pytest.approx(0.5)
+    assert 30 not in seconds and 40 not in seconds and 60 not in seconds  # idle; the script itself; not busy
+    assert names[11] == "ray::TrialWorker.train" and names[20] == "python -m sweep one.yaml"
+    assert cpu_share.tally(samples, ["TrialWorker"], busy=2.1, me=40)[0] == 0  # never that busy: no window
+    assert cpu_share.tally(samples, ["TrialWorker"], busy=0.1, me=40)[0] == pytest.approx(2.5)
+
+
+def test_cpu_share_finds_the_busy_rank_and_its_window(tmp_path: Path) -> None:
+    """The script on real processes: a rank (its command line holds the marker) spins a fixed amount of work,
+    then sleeps, under an idle parent shell. Whatever the machine's load, the window is the spin, not the sleep
+    after it, and holds the CPU time the rank says it used, and the parent takes next to nothing of it.
+
+    Nothing here is an absolute share of a core or a fixed time: on a loaded machine the spin gets what the
+    scheduler gives it, and the script waits its turn to sample. So the window's threshold is a tick of the
+    rank's in 10 s (--busy 0.001); the rank sleeps as long as its spin took (1.5 s at least), so that the
+    script samples that sleep several times however slowly it samples; and what is checked is the rank's CPU
+    time and its spin's wall time as the rank itself measured them (dash: no interpreter's start-up)."""
+    report = tmp_path / "rank.txt"
+    rank = ('read up0 _ < /proc/uptime; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; read up1 _ < /proc/uptime; '
+            'rest=$(( ${up1%.*}${up1#*.} - ${up0%.*}${up0#*.} )); [ $rest -ge 150 ] || rest=150; '  # centiseconds
+            'echo "$$ $up0 $up1 $rest" > "$1"; times >> "$1"; sleep "$((rest / 100)).$((rest % 100 / 10))$((rest % 10))"')
+    parent = 'idle_parent=1; sh -c "$0" "spinning-$1" "$2"; exit $?'  # the marker is in the rank's command line only
+    mark = f"rank-{uuid.uuid4().hex[:12]}"  # this run's: another run's rank beside it is none of this one's ranks
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_share.py"), "--ranks", f"spinning-{mark}",
+                           "--busy", "0.001", "--interval", "0.2", "--top", "100000", "--",
+                           "sh", "-c", parent, rank, mark, str(report)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)  # a guard: 2 s idle, 2 min at load 70
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    window = float(proc.stdout.split("window: ")[1].split(" s")[0])
-    shares = {cmd: float(share) for share, cmd in re.findall(r"^ +([0-9.]+)% +[0-9]+  (.*)$", proc.stdout, re.M)}
-    rank = sum(share for cmd, share in shares.items() if "while time.time()" in cmd and "idle_parent" not in cmd)
-    ranks = float(re.findall(r"ranks ([0-9.]+)%", proc.stdout)[0])
-    assert 1.5 <= window <= 3.5 and ranks == pytest.approx(rank, abs=0.1) and ranks > 80, proc.stdout
-    assert sum(share for cmd, share in shares.items() if "idle_parent" in cmd) < 5, proc.stdout
+    pid, up0, up1, rest, user, system = report.read_text().split()[:6]  # `times`: the rank's own CPU time
+    spin_wall, rest = float(up1) - float(up0), int(rest) / 100
+    rank_cpu = sum(float(m) * 60 + float(s) for m, s in (re.fullmatch(r"([0-9]+)m([0-9.]+)s", x).groups()
+                                                        for x in (user, system)))
+    window, sampled = map(float, re.findall(r"^window: ([0-9.]+) s of ([0-9.]+) s sampled", proc.stdout, re.M)[0])
+    lines = re.findall(r"^ +([0-9.]+)% +([0-9]+)  (.*)$", proc.stdout, re.M)  # share, pid, command line (cut)
+    shares = {cmd: float(share) for share, _, cmd in lines}
+    rank_shares = [float(share) for share, line_pid, _ in lines if line_pid == pid]
+    assert len(rank_shares) == 1, (pid, proc.stdout)
+    ranks = float(re.findall(r"^ranks ([0-9.]+)%", proc.stdout, re.M)[0])
+    assert ranks == pytest.approx(rank_shares[0], abs=0.1), proc.stdout  # the ranks' sum is the one rank
+    # The rank's CPU time in the window is all of the rank's, as it counted it (ticks are 10 ms).
+    assert rank_shares[0] * window / 100 == pytest.approx(rank_cpu, abs=0.03 + 0.02 * rank_cpu), (rank_cpu, proc.stdout)
+    # The window is the spin and the intervals at its ends, not the sleep after it: left out, the window would
+    # be all the time sampled.
+    assert window <= sampled - rest / 2, (spin_wall, rest, proc.stdout)
+    parent_share = sum(share for cmd, share in shares.items() if "idle_parent" in cmd)
+    assert parent_share <= 0.05 * rank_shares[0], proc.stdout  # relative: the parent only waits
+    assert not any("cpu_share.py" in cmd for cmd in shares), proc.stdout  # the script leaves itself out
 
 
 def test_gpu_yardsticks_reads_tf_cnn_benchmarks_closing_figure() -> None:
