@@ -1,5 +1,5 @@
 """python -m sweep: list | show NAME | plan NAME | [run] NAME|PATH.yaml [options] | status NAME | runs [NAME] |
-rm NAME RUN_ID | report NAME|RUN_DIR | data fetch cifar10 | env create FRAMEWORK | env list.
+rm NAME RUN_ID | report NAME|RUN_DIR | data fetch cifar10 | data make imagenet-like | env create FRAMEWORK | env list.
 
 Exit codes: EXIT_CODES below (`--help` lists them). The driver never imports MXNet or TensorFlow.
 """
@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--against", metavar="RUN_B", help="compare with this run: every number as B/A")
     report.add_argument("--target-acc", type=float, metavar="X", help="accuracy target (default: the sweep file's)")
     report.add_argument("--results", default="results", help="results root for a sweep name: a folder or a filesystem URI (default: results/)")
-    data = sub.add_parser("data", help="data sets: data fetch cifar10")
+    data = sub.add_parser("data", help="data sets: data fetch cifar10, data make imagenet-like")
     data_sub = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
     fetch = data_sub.add_parser("fetch", help="download CIFAR-10, verify it and unpack it where `run` reads it")
     fetch.add_argument("dataset", choices=["cifar10"])
@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--checksum", metavar="ALGO:HEX",
                        help="md5:HEX or sha256:HEX of another archive (default: $SWEEP_CIFAR10_CHECKSUM, "
                             "else the official archive's MD5 and SHA-256)")
+    make = data_sub.add_parser("make", help="generate a small image set in ImageNet's layout (data: imagenet) here")
+    make.add_argument("dataset", choices=["imagenet-like"])
+    make.add_argument("--classes", type=int, required=True, metavar="N", help="class folders (2 to 1000)")
+    make.add_argument("--per-class", type=int, required=True, metavar="M", help="training images per class")
+    make.add_argument("--val-per-class", type=int, metavar="K", help="validation images per class (default: M / 5, at least 1)")
+    make.add_argument("--seed", type=int, default=0, help="the same seed makes the same files (default 0)")
+    make.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR") or "data",
+                      help="where imagenet/ goes (default: $SWEEP_DATA_DIR, else data/, as for run)")
     env = sub.add_parser("env", help="environments of their own for frameworks: env create mxnet [--gpu], env list")
     env_sub = env.add_subparsers(dest="env_command", required=True, parser_class=_Parser)
     create = env_sub.add_parser("create", help="a venv of this Python for the framework (MXNet with numpy < 2), "
@@ -213,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "show":
             return cmd_show(args)
+        if args.command == "data" and args.data_command == "make":  # `data make imagenet-like`
+            from sweep.imagenet_like import make_imagenet_like
+            val = args.val_per_class if args.val_per_class is not None else max(1, args.per_class // 5)
+            make_imagenet_like(args.data_dir, args.classes, args.per_class, val, args.seed)
+            return 0
         if args.command == "data":  # `data fetch cifar10`, the one data set there is
             from sweep.datasets import fetch_cifar10, source
             fetch_cifar10(args.data_dir, source(args.url, args.checksum))

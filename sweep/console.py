@@ -60,7 +60,7 @@ class Running:
     started: float
     epoch: int = 0  # epochs finished, earlier attempts' included
     first: int | None = None  # epochs finished before this attempt (it restarted from a checkpoint)
-    images_per_sec: float | None = None
+    images_per_sec: float | None = None  # the last epoch's steady images/s (warm-up steps left out); None: none timed
     val_acc: float | None = None
     last_epoch_at: float | None = None
 
@@ -144,6 +144,12 @@ def rate(images_per_sec: float | None) -> str:
     if images_per_sec is None:
         return "-"
     return f"{images_per_sec:.0f}" if images_per_sec >= 100 else f"{images_per_sec:.3g}"
+
+
+def steady_rate(images_per_sec: float | None) -> str:
+    """An epoch's steady images/s as its line prints it: the figure the store and the tables keep (warm-up steps
+    left out), never the epoch's whole-time rate, which a short epoch's warm-up drags far below it."""
+    return "no steady img/s (no step after the warm-up)" if images_per_sec is None else f"{rate(images_per_sec)} img/s"
 
 
 # --- the console ------------------------------------------------------------------------------------------
@@ -341,11 +347,11 @@ class SweepView(tune.Callback):
         if r.first is None:
             r.first = result["epoch"]
         r.epoch, r.last_epoch_at = result["epoch"] + 1, time.time()
-        r.images_per_sec, r.val_acc = result.get("images_per_sec"), result.get("val_acc")
+        r.images_per_sec, r.val_acc = result.get("steady_images_per_sec"), result.get("val_acc")
         if self._region is None:  # epochs count from 0, as the store's epoch column
             acc = f", val_acc {r.val_acc:.3f}" if r.val_acc is not None else ""
             self.print(f"  {self._label(config)}  epoch {result['epoch']} ({r.epoch} of {config.epochs} done): "
-                       f"{rate(r.images_per_sec)} img/s, {result['epoch_time_s']:.1f} s{acc}")
+                       f"{steady_rate(r.images_per_sec)}, {result['epoch_time_s']:.1f} s{acc}")
         self.refresh(force=True)
 
     def ended(self, config: TrialConfig, status: Status, why: str | None = None) -> None:

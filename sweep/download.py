@@ -82,8 +82,10 @@ def download(url: str, f: BinaryIO, part: Path, out: TextIO, limit: int, what: s
             return
         except _Interrupted as e:
             if not e.progressed or resumed == RESUMES:
-                raise FetchError(f"{url}: download interrupted at {f.tell() / MIB:.1f} MiB ({e}); "
-                                 "run the same command again to resume") from None
+                if f.tell():  # a partial file to resume from (an empty one is deleted: sweep/datasets.py)
+                    raise FetchError(f"{url}: download interrupted at {f.tell() / MIB:.1f} MiB ({e}); "
+                                     "run the same command again to resume") from None
+                raise FetchError(f"{url}: download interrupted ({e}); nothing was downloaded") from None
             resumed += 1
             progress.note(f"connection lost at {f.tell() / MIB:.1f} MiB ({e}): resuming")
 
@@ -101,8 +103,10 @@ def _transfer(url: str, f: BinaryIO, part: Path, progress: _Progress, limit: int
         raise FetchError(f"{url}: HTTP {e.code} {e.reason}") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
         why = e.reason if isinstance(e, urllib.error.URLError) else e
-        kept = f"; the {have / MIB:.1f} MiB downloaded so far are kept" if have else ""
-        raise FetchError(f"{url}: cannot download ({why}){kept}: run the same command again to resume") from None
+        # Resuming is promised only where there is something to resume from: no network, no partial file.
+        left = (f"the {have / MIB:.1f} MiB downloaded so far are kept: run the same command again to resume" if have
+                else "nothing was downloaded")
+        raise FetchError(f"{url}: cannot download ({why}); {left}") from None
     with response:
         start, total = _body_range(response, url)
         if start != have:

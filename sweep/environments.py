@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,6 +197,15 @@ def made_environment(framework: str) -> Environment | None:
     if framework not in CREATABLE or made_marker(folder) is None:
         return None
     return Environment("py_executable", str(env_python(folder)))
+
+
+def missing_here(env: Environment) -> str | None:
+    """The interpreter of a py_executable environment when this machine has none by that name (a path that is
+    not an executable file, a name not on PATH); None otherwise, and for the other kinds, which Ray makes."""
+    if env.kind != "py_executable":
+        return None
+    program = shlex.split(str(env.value))[0]
+    return None if shutil.which(program) else program
 
 
 def made_environments() -> dict[str, Environment]:

@@ -12,7 +12,6 @@ import itertools
 import os
 import shlex
 import socket
-import subprocess
 import threading
 import time
 from concurrent.futures import Future
@@ -25,16 +24,15 @@ from sweep.batch_search import Search
 from sweep.environments import Environment
 from sweep.errors import UsageError
 from sweep.location import Location
-from sweep.plan import Plan, Target, build, check_emulation, emulated_shape, last_run, started_target, with_host_cpus
+from sweep.plan import (Plan, Target, build, check_emulation, emulated_shape, last_run, stand_in, started_target,
+                        with_host_cpus)
 from sweep.runs import RunState, latest_unfinished, reach, read_run, results_location, resume_command, run_by_id
 from sweep.schema import Status
 from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
-from sweep.version import engine_version
+from sweep.version import engine_version, git_commit
 from trainables.config import TrialConfig
 from trainables.probe import FrameworkCheck
-
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -124,6 +122,8 @@ def prepare(args: argparse.Namespace) -> Launch:
     # Every trial under the devices' capacity, and each search's first probe: what the checks below see.
     all_trials = [replace(t, memory_capacity_mib=capacity) for t in given]
     all_trials += [s.probe(s.lo, capacity) for s in searches]
+    if not address:  # an embedded Ray starts every trial on this machine
+        _check_interpreters(args, sweep, envs, all_trials)
     pending = set(resumed.pending(args.retry_failed)) if resumed else None
     trials = [t for t in all_trials if pending is None or t.trial_id in pending]
     if resumed and searches:  # the searches' next round, as the store's rows say
@@ -140,6 +140,8 @@ def prepare(args: argparse.Namespace) -> Launch:
                  else f"{limits.count(gpus_per_node, 'GPU')} in Ray")
         print(f"{why}: emulating {where}, each trial on as many CPU devices "
               f"(results are marked cpu-emulated: not a speed result); scale {scale}")
+    if note := stand_in(sweep, scale):  # before the data's line: the two say what this scale trains
+        print(note)
     # The searches' training trials read the data the sweep names (their probes train on synthetic data).
     training = [t for s in searches if (t := s.training(s.lo, capacity)) is not None]
     data_dir = _data_dir(args, sweep, trials + training, scale, resumed)
@@ -163,6 +165,24 @@ def _capacity(args: argparse.Namespace, emulated: bool | None, resumed: RunState
         raise UsageError("--emulate-gpu-memory applies to emulated GPUs (the embedded Ray without real GPUs, or "
                          "with --emulate-gpus): real GPUs have their own memory")
     return given
+
+
+def _check_interpreters(args: argparse.Namespace, sweep: Sweep, envs: dict[str, Environment],
+                        trials: list[TrialConfig]) -> None:
+    """An interpreter that this machine lacks is refused here, before Ray starts, in one line that names where it
+    was given; Ray would start, and its framework checks would fail it on every node as trials that fit none."""
+    for framework in sorted({t.framework for t in trials}):
+        program = environments.missing_here(envs[framework]) if framework in envs else None
+        if program is None:
+            continue
+        options = [text for text in args.env if text.partition("=")[0].strip() == framework]
+        if options:  # the last --env of a framework is the one that holds
+            given = f"--env {options[-1]}"
+        elif framework in sweep.environments:
+            given = f"{sweep.path}: environments: {framework}"
+        else:
+            given = f"the environment `python -m sweep env create {framework}` made"
+        raise UsageError(f"{given}: no interpreter {program} on this machine, where the embedded Ray runs the trials")
 
 
 def _check_emulated_precision(trials: list[TrialConfig]) -> None:
@@ -236,6 +256,9 @@ def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[TrialConfig],
         return None  # the run started on synthetic data: it continues on it
     data_dir = str(Path(args.data_dir).resolve()) if args.data_dir else (
         resumed.meta.data_dir if resumed else str(Path("data").resolve()))
+    if any(t.data == "imagenet" for t in trials):
+        from trainables import images
+        images.scan(data_dir)  # a missing or unusable image folder fails the run here, in one line, not every trial
     if not any(t.data == "cifar10" for t in trials):
         return data_dir
     if data.has_cifar10(data_dir):
@@ -252,24 +275,13 @@ def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[TrialConfig],
     return data_dir
 
 
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(PROJECT_DIR), "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(PROJECT_DIR), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip() + ("-dirty" if dirty else "")) if out.returncode == 0 else None
-
-
 def _session(command: str, address: str | None, estimate: store.Estimate | None, envs: dict[str, Environment],
              found: list[FrameworkCheck]) -> Session:
     """This start of the driver, with the engine that runs it (every row of the session names it too) and its plan."""
     import ray
 
     return Session(command=command, started_at=time.time(), host=socket.gethostname(), pid=os.getpid(),
-                   address=address, engine_version=engine_version(), git_commit=_git_commit(),
+                   address=address, engine_version=engine_version(), git_commit=git_commit(),
                    ray_version=ray.__version__, estimate=estimate, environments=envs, checks=found)
 
 
@@ -280,16 +292,17 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
         meta = run.meta
         print(f"resuming run {meta.run_id} of {launch.sweep.name}: {len(launch.trials)} of "
               f"{len(launch.all_trials)} trials to run")
-    else:
+        meta.sessions.append(session)
+        run.write_meta(meta)
+    else:  # run.json is written once, whole, with its first session: a start stopped before it leaves nothing
         meta = RunMeta(sweep=launch.sweep.name, run_id=launch.run_id, scale=launch.scale,
                        spec_path=str(launch.sweep.path), spec_sha256=store.sha256(launch.sweep.text),
                        data_dir=launch.data_dir, emulated=launch.emulated,
-                       trials=[t.trial_id for t in launch.all_trials], overrides=dict(launch.sweep.overrides),
-                       memory_capacity_mib=launch.capacity_mib, searches_done=False if launch.searches else None)
+                       trials=[t.trial_id for t in launch.all_trials], sessions=[session],
+                       overrides=dict(launch.sweep.overrides), memory_capacity_mib=launch.capacity_mib,
+                       searches_done=False if launch.searches else None)
         run = RunStore.create(launch.results, meta, launch.sweep.text)
         print(f"sweep {launch.sweep.name}: {limits.count(len(launch.trials), 'trial')} at scale {launch.scale}, run {meta.run_id}")
-    meta.sessions.append(session)
-    run.write_meta(meta)
     print(f"results: {run.dir}")
     return run
 
@@ -399,8 +412,9 @@ def _plan(launch: Launch, trials: list[TrialConfig], target: Target,
 
 def _infeasible_table(trials: list[TrialConfig], nodes: list[Any], why: dict[str, str]) -> str:
     largest = max(((n.gpus, n.cpus) for n in nodes), default=(0, 0))
-    lines = [f"{len(trials)} trials fit no node (the cluster has {len(nodes)} nodes; the largest has "
-             f"{largest[0]:g} GPUs, {largest[1]:g} CPUs):",
+    lines = [f"{limits.count(len(trials), 'trial')} {'fits' if len(trials) == 1 else 'fit'} no node (the cluster has "
+             f"{limits.count(len(nodes), 'node')}; the largest has {limits.count(largest[0], 'GPU')}, "
+             f"{limits.count(largest[1], 'CPU')}):",
              "  trial_id    framework   model           nodes  GPUs/node  CPUs/node  why"]
     lines += [f"  {t.trial_id}  {t.framework:<10}  {t.model:<14}  {t.nodes:>5}  "
               f"{t.gpus_per_node:>9}  {t.cpus:>9}  {why[t.trial_id]}" for t in trials]

@@ -7,7 +7,9 @@ hold), the names that become folders under --results, and the length of any valu
 """
 from __future__ import annotations
 
+import difflib
 import reprlib
+from collections.abc import Iterable
 
 MAX_SPEC_BYTES = 256 << 10  # the shipped sweep files are 1-3 KB
 MAX_YAML_NODES = 50_000  # scalars, lists and mappings, each alias counted as the tree it stands for
@@ -34,6 +36,7 @@ INT_MAX = {
     "warmup_steps": 10**8,
     "image_size": 4096,
     "cpus_per_trial": 1024,
+    "loader_workers": 1024,
     "seed": SEED_MAX,
 }
 # Command-line integers: (least, most).
@@ -75,6 +78,14 @@ def name_problem(name: str) -> str | None:
     if not name[0].isalnum():  # nor '.' or '..', which are no folder of their own
         return "a name that starts with a letter or digit"
     return None
+
+
+def known_names(given: object, known: Iterable[str]) -> str:
+    """What a message about an unknown name adds: the known names closest to it (a typo's fix) where some are
+    close, else all of them; one short line either way."""
+    known = sorted(known)
+    close = difflib.get_close_matches(str(given), known, n=3)
+    return f"did you mean {' or '.join(close)}?" if close else f"expected one of {', '.join(known)}"
 
 
 def count(n: float, thing: str) -> str:

@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from sweep import location, store
+from sweep import location, max_batch, store
 from sweep.errors import StoreError, UsageError
 from sweep.estimates import sweep_names
 from sweep.location import Location
@@ -26,7 +26,7 @@ class RunLine:
     run_id: str
     scale: str
     started_at: float | None  # its first session's start; None: no session recorded
-    counts: dict[str, int]  # trials by state (sweep/runs.py trial_counts)
+    counts: dict[str, int]  # trials by state (sweep/runs.py trial_counts), largest-batch probes out of memory apart
     gpu_hours: float
     state: str  # finished, unfinished, or running (its driver alive on this host)
     command: str  # the command that started it
@@ -37,8 +37,18 @@ def describe(state: RunState) -> RunLine:
     pid = state.driver if state.unfinished else None
     status = f"running (pid {pid})" if pid else "unfinished" if state.unfinished else "finished"
     started = meta.sessions[0].started_at if meta.sessions else None
-    return RunLine(meta.sweep, meta.run_id, meta.scale, started, trial_counts(state),
-                   store.RunStore(state.run_dir).gpu_hours(), status, meta.command)
+    run = store.RunStore(state.run_dir)
+    return RunLine(meta.sweep, meta.run_id, meta.scale, started, _counts(state, run), run.gpu_hours(), status, meta.command)
+
+
+def _counts(state: RunState, run: store.RunStore) -> dict[str, int]:
+    """The run's trials by state, where a largest-batch probe that ran out of memory is an `oom probe`, not a
+    failure: its search's result (docs/max-batch.md)."""
+    counts = trial_counts(state)
+    probes = len(max_batch.boundary_probes(run.trial_rows()) & set(state.meta.trials))
+    counts["failed"] -= probes
+    counts["oom probes"] = probes
+    return counts
 
 
 def _date(seconds: float | None) -> str:
@@ -50,7 +60,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     results = results_location(args.results)
     names = [sweep_name(args.sweep)] if args.sweep else sweep_names(results)
     folders = [run_dir for name in names for run_dir in store.run_dirs(results, name)]
-    if not folders:
+    half_made = [run_dir for name in names for run_dir in store.half_made_run_dirs(results, name)]
+    if not folders and not half_made:
         if args.sweep:
             raise UsageError(f"no run of {names[0]} under {results}")
         print(f"no runs under {results}")
@@ -64,11 +75,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
             continue
         c = line.counts
         rows.append([line.sweep, line.run_id, line.scale, _date(line.started_at), str(sum(c.values())), str(c["done"]),
-                     str(c["failed"]), str(c["running or interrupted"]), str(c["pending"]), f"{line.gpu_hours:.4f}",
-                     line.state, line.command])
-    head = ["sweep", "run", "scale", "started", "trials", "done", "failed", "interrupted", "pending", "GPU-hours",
-            "state", "command"]
-    for text in table(head, rows, right={4, 5, 6, 7, 8, 9}) + damaged:
+                     str(c["failed"]), str(c["oom probes"]), str(c["running or interrupted"]), str(c["pending"]),
+                     f"{line.gpu_hours:.4f}", line.state, line.command])
+    head = ["sweep", "run", "scale", "started", "trials", "done", "failed", "oom probes", "interrupted", "pending",
+            "GPU-hours", "state", "command"]
+    damaged += [f"{d.parent.name} {d.name}: incomplete: {store.HALF_MADE}; python -m sweep rm {d.parent.name} {d.name} "
+                "deletes it" for d in half_made]  # listed, so that nothing in the store is out of sight
+    for text in (table(head, rows, right={4, 5, 6, 7, 8, 9, 10}) if rows else []) + damaged:
         print(text)
     return 0
 
@@ -77,17 +90,20 @@ def cmd_rm(args: argparse.Namespace) -> int:
     """Delete one run's folder (rows, sweep file, Tune's checkpoints), after asking; never a running one."""
     name = sweep_name(args.sweep)
     results = results_location(args.results)
-    run_dir = run_by_id(results, name, args.run_id)
+    half_made = {d.name: d for d in store.half_made_run_dirs(results, name)}
+    run_dir = half_made.get(args.run_id) or run_by_id(results, name, args.run_id)
     what = f"run {args.run_id} of {name}"
-    try:
-        line = describe(read_run(run_dir))
-        counts = ", ".join(f"{n} {k}" for k, n in line.counts.items() if n)
-        summary = f"{what}: {line.state}, {counts}; {line.gpu_hours:.4f} GPU-hours; started {_date(line.started_at)}"
-        if line.state.startswith("running"):
-            raise UsageError(f"{what} is {line.state} on this host: stop it first (Ctrl-C there), then delete it")
-        elsewhere = _driver_elsewhere(run_dir) if line.state == "unfinished" else None
-    except StoreError as e:  # a damaged run can still go
-        summary, elsewhere = f"{what}: unreadable ({e})", None
+    summary, elsewhere = f"{what}: incomplete ({store.HALF_MADE})", None
+    if args.run_id not in half_made:
+        try:
+            line = describe(read_run(run_dir))
+            counts = ", ".join(f"{n} {k}" for k, n in line.counts.items() if n)
+            summary = f"{what}: {line.state}, {counts}; {line.gpu_hours:.4f} GPU-hours; started {_date(line.started_at)}"
+            if line.state.startswith("running"):
+                raise UsageError(f"{what} is {line.state} on this host: stop it first (Ctrl-C there), then delete it")
+            elsewhere = _driver_elsewhere(run_dir) if line.state == "unfinished" else None
+        except StoreError as e:  # a damaged run can still go
+            summary = f"{what}: unreadable ({e})"
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f"rm asks before deleting and the input is not a terminal: give --yes to delete {what}")

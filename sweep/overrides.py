@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from sweep import settings, spec
+from sweep import limits, settings, spec
 from sweep.errors import SpecError
 from sweep.spec import Sweep
 from trainables.config import TrialConfig
@@ -38,7 +38,7 @@ def parse(texts: list[str] | None) -> dict[str, Any]:
             raise SpecError(f"--set {text}: {key} is set twice")
         if key not in settings.CHECKS:
             hint = " (set by the engine)" if key in settings.DERIVED else ""
-            raise SpecError(f"--set {text}: unknown setting '{key}'{hint} (expected one of {', '.join(sorted(settings.CHECKS))})")
+            raise SpecError(f"--set {text}: unknown setting '{key}'{hint} ({limits.known_names(key, settings.CHECKS)})")
         try:
             value = spec.yaml_value(raw)
         except yaml.YAMLError as e:

@@ -184,6 +184,24 @@ def _estimate(t: TrialPlan) -> str:
 
 # --- the cluster ----------------------------------------------------------------------------------
 
+def stand_in(sweep: Sweep, scale: str) -> str | None:
+    """A line for a scale that trains other models than the sweep's full scale (resnet50_lr_scaling's smoke scale
+    trains resnet8_cifar_v2): the sweep's name names the model it studies, not the one that trains here."""
+    if scale == "full" or "model" in sweep.overrides:  # (--set model=X trains X at every scale)
+        return None
+    as_filed = dataclasses.replace(sweep, overrides={})  # a --set checked at one scale may not fit the other
+
+    def models(at: str) -> list[str]:
+        return sorted({t.model for t in as_filed.trials(at)} | {s.probe(s.lo).model for s in as_filed.searches(at)})
+
+    here, full = models(scale), models("full")
+    if set(here) <= set(full):
+        return None
+    what = "a small stand-in" if len(here) == 1 else "small stand-ins"
+    return (f"scale {scale} trains {', '.join(here)}, {what} for the sweep's full-scale {', '.join(full)}: "
+            "a check that the sweep runs, not the study's figures")
+
+
 def check_emulation(trials: Sequence[TrialConfig]) -> None:
     """The embedded emulation starts Ray nodes and CPU devices on this one machine: a few, not a cluster's
     worth. `plan` and `run` refuse the same sweeps."""
@@ -251,7 +269,7 @@ def started_target(cluster: ray_cluster.Cluster, emulated: bool | None) -> Targe
     if cluster.embedded:
         return Target(cluster.nodes, machine_hardware(bool(emulated)), f"the embedded Ray: {_shape(cluster.nodes, bool(emulated))}")
     hardware, note = cluster_hardware(cluster.nodes)
-    return Target(cluster.nodes, hardware, f"the joined Ray cluster: {len(cluster.nodes)} nodes, {note}")
+    return Target(cluster.nodes, hardware, f"the joined Ray cluster: {count(len(cluster.nodes), 'node')}, {note}")
 
 
 def described_target(args: argparse.Namespace) -> Target:
@@ -275,7 +293,7 @@ def joined_target(address: str, name: str) -> Target:
     finally:
         ray_cluster.stop(cluster)
     hardware, note = cluster_hardware(nodes)
-    return Target(nodes, hardware, f"the Ray cluster at {address}: {len(nodes)} nodes, {note}")
+    return Target(nodes, hardware, f"the Ray cluster at {address}: {count(len(nodes), 'node')}, {note}")
 
 
 # --- the plan -------------------------------------------------------------------------------------------

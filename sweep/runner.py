@@ -7,6 +7,7 @@ complete checkpoint on disk (sweep/trial.py).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -145,6 +146,7 @@ class SummaryCallback(tune.Callback):
         self.view = view
         self.started: dict[str, float] = {}
         self.lost: str | None = None  # why the cluster is gone, once a trial's error turned out to be that
+        self.results: set[str] = set()  # Tune's ids of the trials whose failure is a result: largest-batch probes out of memory
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.started[trial_of(trial.config).trial_id] = time.time()
@@ -174,6 +176,8 @@ class SummaryCallback(tune.Callback):
         elif status == Status.DIVERGED:
             summary["error"] = f"training loss not finite in epoch {epochs[-1]['epoch']}"
         self.plan.store.finish_trial(summary, epochs)
+        if status == Status.OOM and config.max_batch_probe:
+            self.results.add(trial.trial_id)
         self.view.ended(config, status, str(error) if error else None)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -187,6 +191,25 @@ class SummaryCallback(tune.Callback):
         if self.lost:
             return
         self._finish(trial, _failure_status(error.error_type, error.message), error)
+
+
+class ResultsNotErrors(logging.Filter):
+    """Tune's closing error, "Trials did not complete: [...]" (ray.tune.tune, once Tuner.fit's loop ends), without
+    the trials whose failure is a result: a largest-batch probe that ran out of memory is what its search looks
+    for (docs/max-batch.md), and our own line has said so. With no other trial left in it, no line at all."""
+
+    PREFIX = "Trials did not complete"
+
+    def __init__(self, results: set[str]) -> None:
+        super().__init__()
+        self.results = results  # Tune's trial ids (SummaryCallback.results)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(self.PREFIX) or not isinstance(record.args, tuple) or len(record.args) != 1:
+            return True
+        left = [t for t in record.args[0] if getattr(t, "trial_id", None) not in self.results]
+        record.args = (left,)
+        return bool(left)
 
 
 def trial_resources(config: dict[str, Any]) -> tune.PlacementGroupFactory:
@@ -237,7 +260,12 @@ def run(plan: RunPlan, print_line: Callable[[str], None] = print) -> int | None:
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 failure_config=tune.FailureConfig(max_failures=plan.max_failures)),
         )
-        tuner.fit()
+        tune_log, results = logging.getLogger("ray.tune.tune"), ResultsNotErrors(callback.results)
+        tune_log.addFilter(results)
+        try:
+            tuner.fit()
+        finally:
+            tune_log.removeFilter(results)
     plan.store.compact(set(plan.store.finished()))
     if callback.lost:
         raise gcs.ClusterLost(callback.lost)

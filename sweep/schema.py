@@ -49,7 +49,7 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
     "steps_per_epoch": pa.int64(), "val_examples": pa.int64(), "warmup_steps": pa.int64(), "seed": pa.int64(),
     "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
     "variable_update": pa.string(), "precision": pa.string(), "compile": pa.bool_(), "cpus_per_gpu": pa.int64(),
-    "max_batch_probe": pa.string(), "memory_capacity_mib": pa.float64(),
+    "max_batch_probe": pa.string(), "memory_capacity_mib": pa.float64(), "loader_workers": pa.int64(),
 }
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
 ENV_COLUMNS: dict[str, pa.DataType] = {
@@ -70,9 +70,11 @@ ENV_COLUMNS: dict[str, pa.DataType] = {
 # How the trial's arithmetic ran, as its framework reports it (absent, so null, in rows of older runs):
 # the layout its images and convolutions used, whether TF32 tensor cores were allowed (None where the
 # framework cannot say), and the last dynamic loss scale (None without loss scaling).
-# `compiler` names the graph compiler that ran (xla, inductor), None where none did.
+# `compiler` names the graph compiler that ran (xla, inductor), None where none did. `computed_precision` is what
+# the steps computed in, in `precision`'s names (trainables/loop.py computed_precision): fp32 for tf32 on a CPU.
 PRECISION_COLUMNS: dict[str, pa.DataType] = {
     "layout": pa.string(), "tf32_allowed": pa.bool_(), "loss_scale": pa.float64(), "compiler": pa.string(),
+    "computed_precision": pa.string(),
 }
 # Columns of runs written before the ones above split them: old name -> the column it is read into.
 # cuda_version was the driver's CUDA, cudnn_version the framework's cuDNN build (TensorFlow's).
@@ -84,6 +86,9 @@ EPOCH_SCHEMA = pa.schema({
     "status": pa.string(), "scale": pa.string(),
     **CONFIG_COLUMNS,
     "data_kind": pa.string(), "lr_applied": pa.float64(), "steps": pa.int64(),
+    # data: imagenet: images that could not be decoded (replaced by others of the shard), and the time the
+    # epoch's steps waited for the input pipeline's next batch (null in rows of older runs).
+    "images_skipped": pa.int64(), "input_wait_s": pa.float64(),
     "epoch_time_s": pa.float64(), "val_time_s": pa.float64(), "images_per_sec": pa.float64(),
     "steady_images_per_sec": pa.float64(), "steady_images_per_sec_stderr": pa.float64(),
     "steady_jitter": pa.float64(), "steady_steps": pa.int64(),

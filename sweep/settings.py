@@ -111,6 +111,7 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "variable_update": _choice(VARIABLE_UPDATES),
     "precision": _choice(PRECISIONS),
     "compile": _bool,
+    "loader_workers": _setting_int("loader_workers", 0, allow_none=True),
     **SEARCH_CHECKS,
 }
 # Set by the engine, never by a sweep file.

@@ -1,7 +1,7 @@
 """Sweep files: load, validate once, expand into trials.
 
 A sweep file (YAML) holds:
-  name, description, study       what it is and which study (a document of ../shared/seeds) it reproduces
+  name, description, study       what it is and which study (docs/studies.md) it reproduces
   fixed: {key: value}            settings shared by every trial
   grid: {key: [values]}          axes; the trials are their cartesian product
   include: [{key: value|[values]}]  extra trials (controls); axes an entry leaves out take every grid value
@@ -120,7 +120,7 @@ _Loader.add_implicit_resolver(
 class Sweep:
     name: str
     description: str
-    study: str | None  # the document of ../shared/seeds this sweep reproduces
+    study: str | None  # the study this sweep reproduces: docs/studies.md
     path: Path
     text: str  # the file as read: stored with each run, hashed to detect edits before a resume
     raw: dict[str, Any]
@@ -234,7 +234,7 @@ def parse(text: str, path: Path, max_trials: int = limits.MAX_TRIALS) -> Sweep:
 def _check_top(where: str, raw: dict[str, Any]) -> None:
     unknown = sorted(set(map(str, raw)) - TOP_KEYS)
     if unknown:
-        raise SpecError(f"{where}: unknown key {quote(unknown[0])} (expected one of {', '.join(sorted(TOP_KEYS))})")
+        raise SpecError(f"{where}: unknown key {quote(unknown[0])} ({limits.known_names(unknown[0], TOP_KEYS)})")
     if not isinstance(raw.get("description"), str) or not raw["description"].strip():
         raise SpecError(f"{where}: description: expected a one-line text saying what the sweep reproduces")
     for key in ("name", "study"):
@@ -270,7 +270,7 @@ def _check_top(where: str, raw: dict[str, Any]) -> None:
 def _check_value(where: str, field: str, key: str, value: Any) -> None:
     if key not in CHECKS:
         hint = " (set by the engine)" if key in DERIVED else ""
-        raise SpecError(f"{where}: {field}: unknown setting {quote(key)}{hint} (expected one of {', '.join(sorted(CHECKS))})")
+        raise SpecError(f"{where}: {field}: unknown setting {quote(key)}{hint} ({limits.known_names(key, CHECKS)})")
     expected = CHECKS[key](value)
     if expected:
         raise SpecError(f"{where}: {field}: expected {expected}, got {quote(value)}")
@@ -308,6 +308,7 @@ def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
             raise SpecError(f"{where}: {prefix}grid.{shown(key)}: expected a non-empty list of values")
         for i, value in enumerate(values):
             _check_value(where, f"{prefix}grid.{shown(key)}[{i}]", key, value)
+        _check_once(where, f"{prefix}grid.{shown(key)}", values)
     include = section.get("include", [])
     if not isinstance(include, list):
         raise SpecError(f"{where}: {prefix}include: expected a list of trial settings")
@@ -320,6 +321,18 @@ def _check_section(where: str, prefix: str, section: dict[str, Any]) -> None:
                 raise SpecError(f"{where}: {prefix}include[{i}].{shown(key)}: expected a value or a non-empty list")
             for v in values:
                 _check_value(where, f"{prefix}include[{i}].{shown(key)}", key, v)
+            _check_once(where, f"{prefix}include[{i}].{shown(key)}", values)
+
+
+def _check_once(where: str, field: str, values: list[Any]) -> None:
+    """An axis lists each value once: a repeat (`seed: [1, 1]`) makes the same trials again, which a sweep runs
+    once, so the sweep would run fewer trials than its file seems to say, without a word."""
+    seen = set()
+    for value in values:  # valid values by now: scalars, or lr_decay_epochs' list of integers
+        key = tuple(value) if isinstance(value, list) else value  # (1 and 1.0 are one value, as in a trial)
+        if key in seen:
+            raise SpecError(f"{where}: {field}: expected each value once, got {quote(value)} twice")
+        seen.add(key)
 
 
 def varying_axes(trials: list[TrialConfig]) -> tuple[str, ...]:
@@ -465,6 +478,8 @@ def _resolved_values(where: str, scale: str, values: dict[str, Any]) -> dict[str
     if values["framework"] == "mxnet" and values.get("compile", False):
         raise SpecError(f"{where}: compile: MXNet has no graph compiler (its graphs are fused by hybridize, "
                         f"which every MXNet trial does): set compile false for MXNet trials")
+    if values.get("data") == "imagenet" and values["framework"] != "pytorch":  # until their input pipelines exist
+        raise SpecError(f"{where}: data: imagenet runs in pytorch only so far, not in {values['framework']}")
     return values
 
 

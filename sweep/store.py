@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from sweep.environments import Environment
 from sweep.errors import StoreError
 from sweep.limits import name_problem, quote
-from sweep.location import Location, RemotePath, at
+from sweep.location import Location, RemotePath, at, remove_tree
 from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, LEGACY_COLUMNS, PRECISION_COLUMNS, TRIAL_SCHEMA, Status
 from trainables.config import ADDED_LATER, RENAMED, TrialConfig
 from trainables.probe import FrameworkCheck
@@ -141,11 +141,15 @@ def _atomic_write_bytes(path: Location, payload: bytes) -> None:
         path.write_bytes(payload)
         return
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # Ctrl-C or a full disk mid-write: no temporary file is left beside the file
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> tuple[pa.Table, list[str]]:
@@ -249,11 +253,19 @@ class RunStore:
 
     @classmethod
     def create(cls, results: Location, meta: RunMeta, spec_text: str) -> RunStore:
+        """The run's folder, whole or not at all: run.json, which makes it a run, is written last, and a start
+        stopped before that (Ctrl-C, SIGTERM, a full disk) removes what it made. Only a SIGKILL or a power cut
+        can leave a half-made folder; `runs` lists those and `rm` deletes them (half_made_run_dirs)."""
         store = cls(results / folder_name(meta.sweep) / folder_name(meta.run_id))
-        store.epochs_dir.mkdir(parents=True)
-        store.trials_dir.mkdir()
-        _atomic_write_bytes(store.dir / "sweep.yaml", spec_text.encode())
-        store.write_meta(meta)
+        made = _missing_folders(store.dir)
+        try:
+            store.epochs_dir.mkdir(parents=True)
+            store.trials_dir.mkdir()
+            _atomic_write_bytes(store.dir / "sweep.yaml", spec_text.encode())
+            store.write_meta(meta)
+        except BaseException:
+            _remove_made(made)
+            raise
         return store
 
     @property
@@ -412,6 +424,42 @@ def run_dirs(results: Location, sweep: str) -> list[Location]:
     """A sweep's runs, oldest first (run ids sort by start time)."""
     folder = results / folder_name(sweep)
     return sorted(p for p in folder.iterdir() if (p / "run.json").exists()) if folder.is_dir() else []
+
+
+HALF_MADE = "its start was stopped before it wrote run.json"  # how `runs` and `rm` describe such a folder
+
+
+def half_made_run_dirs(results: Location, sweep: str) -> list[Location]:
+    """A sweep's run folders without a run.json: what a start killed while it made its folder leaves (see
+    RunStore.create), or a run's folder half deleted. Folders the store never makes are not counted."""
+    folder = results / folder_name(sweep)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if not name_problem(p.name) and not (p / "run.json").exists()
+                  and any((p / made).exists() for made in ("epochs", "trials", "sweep.yaml")))
+
+
+def _missing_folders(folder: Location) -> list[Location]:
+    """The folder and those above it that do not exist yet, deepest first (on an object store the folder alone:
+    its folders are only names)."""
+    if isinstance(folder, RemotePath):
+        return [folder] if not folder.exists() else []
+    return [p for p in (folder, *folder.parents) if not p.exists()]
+
+
+def _remove_made(made: list[Location]) -> None:
+    """Undo a RunStore.create stopped part way: the run's folder and all in it, then each folder above it
+    that the create made, while it is empty (another run may have been made in it meanwhile)."""
+    for folder in made:  # deepest first
+        if not folder.exists():  # (the mkdir that would have made it failed)
+            continue
+        try:
+            if folder == made[0]:
+                remove_tree(folder)
+            else:
+                folder.rmdir()
+        except OSError:
+            return
 
 
 def read_runs(results: Location | str, sweep: str, table: str = "epochs") -> pd.DataFrame:

@@ -78,3 +78,43 @@ def test_trials_that_differ_in_any_setting_read_differently(tmp_path: Path) -> N
     rows = [line.split()[1:] for line in out.stdout.splitlines() if any(t.trial_id in line for t in trials)]
     assert len(rows) == 8 and len({tuple(r) for r in rows}) == 8  # without the id, still all different
     assert out.stdout.splitlines()[3].split()[-3:] == ["image_size", "warmup_steps", "kvstore"]
+
+
+def test_a_missing_interpreter_is_refused_before_ray_starts(tmp_path: Path) -> None:
+    """`--env FRAMEWORK=PYTHON` (or a sweep file's environments:) naming no interpreter on this machine, where the
+    embedded Ray would run the trials: one line naming it, not Ray's start and then 'trials fit no node' (issue 40)."""
+    sweep = str(Path(__file__).parent / "sweeps" / "tiny_mxnet.yaml")
+    results = tmp_path / "r"
+    for given, program in [("mxnet=/nonexistent/python", "/nonexistent/python"),
+                           ("mxnet=no-such-python3 -X dev", "no-such-python3")]:
+        out = run_cli(sweep, "--env", "tensorflow=/nonexistent/tf", "--env", given, "--results", str(results), timeout=60)
+        assert out.returncode == 2 and out.stdout == "", out.stdout[-2000:]  # nothing printed: Ray never started
+        assert out.stderr.strip() == (f"error: --env {given}: no interpreter {program} on this machine, where the "
+                                      "embedded Ray runs the trials")  # (tensorflow's runs no trial: not refused)
+    path = tmp_path / "envs.yaml"
+    path.write_text(Path(sweep).read_text() + "environments:\n  mxnet: {py_executable: /nonexistent/python}\n")
+    out = run_cli(str(path), "--results", str(results), timeout=60)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"error: {path}: environments: mxnet: no interpreter /nonexistent/python on this machine, where the embedded "
+        "Ray runs the trials"), out.stderr
+    assert not results.exists()
+
+
+def test_the_smoke_scale_says_it_trains_a_stand_in_model(tmp_path: Path) -> None:
+    """resnet50_lr_scaling's smoke scale trains resnet8_cifar_v2, on synthetic data without CIFAR-10: a run says both
+    where it says its scale (issue 40). Each run here stops at once after, on a --results it cannot write (before Ray)."""
+    (tmp_path / "a_file").write_text("")
+    where = ["--scale", "smoke", "--emulate-gpus", "4", "--data-dir", str(tmp_path / "no-data"),
+             "--results", str(tmp_path / "a_file" / "results")]
+    out = run_cli("resnet50_lr_scaling", *where, timeout=120)
+    assert out.returncode == 2 and "cannot write results there" in out.stderr, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith("; scale smoke") and len(lines) == 3, out.stdout
+    assert lines[1] == ("scale smoke trains resnet8_cifar_v2, a small stand-in for the sweep's full-scale "
+                        "resnet50_cifar_v2: a check that the sweep runs, not the study's figures")
+    assert lines[2] == (f"no CIFAR-10 under {tmp_path / 'no-data'}: the smoke scale trains on synthetic data "
+                        "(accuracy columns null)")
+    # A sweep whose smoke scale trains its own model, and --set model=, which trains that model at every scale: no line.
+    for args in (["resnet50_precision"], ["resnet50_lr_scaling", "--set", "model=resnet8_cifar"]):
+        out = run_cli(*args, *where, timeout=120)
+        assert out.returncode == 2 and "stand-in" not in out.stdout and "; scale smoke" in out.stdout, out.stdout + out.stderr

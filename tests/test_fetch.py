@@ -293,6 +293,25 @@ def test_unreachable_server_and_unwritable_folder_are_one_line(archive: bytes, t
         assert "expected" in one_error_line(out)
 
 
+def test_a_resume_is_offered_only_where_a_partial_download_exists(server, archive: bytes, tmp_path: Path) -> None:
+    """No network and nothing downloaded: nothing to resume, and the line says so, not 'run the same command
+    again to resume' (issue 40). With a partial download in the folder, it is kept and the line says how to resume."""
+    nowhere = "http://127.0.0.1:1/cifar-10-python.tar.gz"  # a port nobody listens on: the connection is refused
+    line = one_error_line(fetch(nowhere, archive, tmp_path / "data"))
+    assert line.endswith("; nothing was downloaded") and "resume" not in line, line
+    assert not (tmp_path / "data").exists()
+    url, served = server
+    served.body, served.cut_after = archive, [0]  # the server hangs up before the first byte
+    line = one_error_line(fetch(url, archive, tmp_path / "data"))
+    assert "download interrupted (" in line and line.endswith("; nothing was downloaded") and "resume" not in line, line
+    assert not (tmp_path / "data").exists()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / datasets.PART).write_bytes(archive[:3 << 17])
+    line = one_error_line(fetch(nowhere, archive, tmp_path / "data"))
+    assert line.endswith("; the 0.4 MiB downloaded so far are kept: run the same command again to resume"), line
+    assert (tmp_path / "data" / datasets.PART).read_bytes() == archive[:3 << 17]
+
+
 def test_full_disk_is_one_line_and_leaves_nothing(server, archive: bytes, tmp_path: Path) -> None:
     """A file-size limit makes the write fail as a full disk does (EFBIG instead of ENOSPC)."""
     url, served = server

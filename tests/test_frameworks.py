@@ -290,11 +290,16 @@ def test_a_framework_that_runs_on_no_node_stops_the_run_in_one_line(tmp_path: Pa
     path = tmp_path / "good.yaml"
     path.write_text(GOOD)
     results = tmp_path / "results"
-    out = run_cli(str(path), "--env", "mxnet=/nonexistent/python", "--results", str(results), timeout=300)
+    # An interpreter that is there but cannot run Ray's workers (one that is not there is refused before Ray starts).
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'this python is broken' >&2\nexit 1\n")
+    python.chmod(0o755)
+    out = run_cli(str(path), "--env", f"mxnet={python}", "--results", str(results), timeout=300)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stdout[-3000:] + out.stderr
     assert "1 of 1 trials fit no node" in out.stderr and "--skip-infeasible" in out.stderr
-    assert "FAILED: /nonexistent/python: no such interpreter on this node" in out.stdout  # the checks' table
-    assert out.stdout.rstrip().endswith("/nonexistent/python: no such interpreter on this node")  # the infeasible table
+    assert f"FAILED: {python} cannot run Ray workers: this python is broken" in out.stdout  # the checks' table
+    assert "1 trial fits no node (the cluster has 1 node; the largest has 2 GPUs" in out.stdout  # one of each: singular
+    assert out.stdout.rstrip().endswith(f"{python} cannot run Ray workers: this python is broken")  # the infeasible table
     assert not results.exists()
 
 

@@ -15,9 +15,11 @@ import socket
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, SWEEPS, EngineRuns, copy_run
@@ -28,30 +30,60 @@ from sweep.schema import Status
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 CORPUS = sorted(HOSTILE.iterdir())
 MEMORY = 3 << 30  # address space of each CLI process: far above what it needs, far below a runaway
-SECONDS = 30  # per command; each takes about a second
+SECONDS = 30  # per command, of CPU time (each takes about a second), and of waiting on nothing (see cli)
 
 
 def _cap_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+    resource.setrlimit(resource.RLIMIT_CPU, (SECONDS, SECONDS + 5))  # a runaway: SIGXCPU, then SIGKILL
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # and no core file in the project for it
+
+
+def _cpu_seconds(process: psutil.Process) -> float | None:
+    """CPU time so far of a process and its live descendants; None once it has ended."""
+    try:
+        return sum(sum(p.cpu_times()[:2]) for p in (process, *process.children(recursive=True)))
+    except psutil.Error:
+        return None
+
+
+def _kill_all(process: psutil.Process) -> None:
+    try:
+        family = [process, *process.children(recursive=True)]
+    except psutil.Error:
+        family = [process]
+    for p in family:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 def cli(*args: str, timeout: float = SECONDS, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     """`python -m sweep ARGS` with capped memory; the result and the CPU seconds it used.
 
-    CPU time, not wall time: on a loaded two-core machine a command can wait seconds for a core, but
-    the work a regression adds (expanding a huge file, a huge grid) shows in its own CPU time whatever
-    the load. A command that hangs is stopped at `timeout` (a failure)."""
+    CPU time, not wall time: on a loaded two-core machine a command can wait seconds for a core (at load
+    60, a second's work takes half a minute), but the work a regression adds (expanding a huge file, a
+    huge grid) shows in its own CPU time whatever the load. So is what stops a command that never ends:
+    one that works for ever is killed at SECONDS of CPU time (RLIMIT_CPU), one that waits for ever (on a
+    pipe, a peer that never answers) when its CPU time has not moved for `timeout` seconds; either is a
+    failure. A command waiting for a core still gets one now and then, so neither stop depends on the load."""
     full_env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     full_env.update(env or {})
     proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=full_env, preexec_fn=_cap_memory)
+    process = psutil.Process(proc.pid)
     with ThreadPoolExecutor(2) as readers:
-        stdout, stderr = readers.submit(proc.stdout.read), readers.submit(proc.stderr.read)
-        try:
-            texts = stdout.result(timeout=timeout), stderr.result(timeout=timeout)
-        except TimeoutError:
-            proc.kill()
-            raise
+        reads = readers.submit(proc.stdout.read), readers.submit(proc.stderr.read)
+        used, moved = _cpu_seconds(process), time.monotonic()
+        while wait(reads, timeout=0.5).not_done:
+            now = _cpu_seconds(process)
+            if now is not None and now != used:
+                used, moved = now, time.monotonic()
+            elif time.monotonic() - moved > timeout:  # waits on what never comes (or ended, its pipes held open)
+                _kill_all(process)
+                raise TimeoutError(f"sweep {' '.join(args)}: no CPU time used for {timeout} s, and not ended")
+        texts = reads[0].result(), reads[1].result()
     _, status, usage = os.wait4(proc.pid, 0)  # reaped here, with its own resource usage
     proc.returncode = os.waitstatus_to_exitcode(status)
     out = subprocess.CompletedProcess(proc.args, proc.returncode, *texts)
@@ -153,8 +185,8 @@ def test_resume_of_a_run_id_that_is_no_folder_name(tmp_path: Path) -> None:
 
 def test_help_lists_every_exit_code() -> None:
     for args in (["--help"], ["run", "--help"]):
-        out = subprocess.run([sys.executable, "-m", "sweep", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0
+        out, _ = cli(*args)
+        assert out.returncode == 0, out.stderr
         codes = out.stdout.split("exit codes:")[1]
         for code in ("0", "1", "2", "75", "130", "143"):
             assert f"\n  {code} " in codes, (code, codes)
@@ -227,6 +259,38 @@ def test_a_summary_with_a_value_the_store_cannot_hold_is_still_written(engine_ru
     run.finish_trial({**summary, "seed": 2**64}, epochs)
     assert run.finished()[tid] == Status.FAILED
     assert pq.read_table(run.trials_dir / f"{tid}.parquet").to_pylist()[0]["error_type"] == "UnstorableValue"
+
+
+def test_the_git_commit_is_the_projects_own_or_none(tmp_path: Path) -> None:
+    """Issue 40: a copy of the project inside another repository (a bundle unpacked in some checkout) recorded that
+    repository's commit. Only a project folder that is its work tree's top names a commit."""
+    def git(*args: str, cwd: Path) -> str:
+        out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, capture_output=True,
+                             text=True, timeout=60, check=True)
+        return out.stdout.strip()
+
+    outer, project = tmp_path / "outer", tmp_path / "outer" / "copy"
+    (project / "sweep").mkdir(parents=True)
+    for name in ("__init__.py", "version.py"):
+        shutil.copy(ROOT / "sweep" / name, project / "sweep" / name)
+    code = "import sweep.version as v; print(v.git_commit())"
+
+    def recorded() -> str:
+        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(project)})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    git("init", "-q", cwd=outer)
+    git("add", ".", cwd=outer)
+    git("commit", "-q", "-m", "the repository around the copy", cwd=outer)
+    assert recorded() == "None"  # not the outer repository's commit
+    git("init", "-q", cwd=project)  # the project's own repository
+    git("add", ".", cwd=project)
+    git("commit", "-q", "-m", "the project", cwd=project)
+    assert recorded() == git("rev-parse", "--short=12", "HEAD", cwd=project)
+    (project / "sweep" / "__init__.py").write_text("# changed\n")
+    assert recorded() == git("rev-parse", "--short=12", "HEAD", cwd=project) + "-dirty"
 
 
 def test_the_engine_version_is_the_source_trees_own(tmp_path: Path) -> None:

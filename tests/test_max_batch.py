@@ -135,6 +135,74 @@ def test_plan_and_show_say_how_many_probes_a_search_may_take(tmp_path: Path, cap
     assert "batch 32 to 64, step 32, at most 2 probes; the search alone (epochs 0)" in capsys.readouterr().out
 
 
+def test_tunes_closing_error_leaves_out_the_probes_whose_oom_is_their_result() -> None:
+    """Tune ends a Tuner.fit whose trials failed with `ERROR tune.py ... Trials did not complete: [...]` (logger
+    ray.tune.tune); a largest-batch probe out of memory is a result (issue 40), so the line leaves it out."""
+    import logging
+    from types import SimpleNamespace
+
+    from sweep.runner import ResultsNotErrors
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    probe, broken = SimpleNamespace(trial_id="probe_1"), SimpleNamespace(trial_id="other_2")
+    tune_log, kept, results = logging.getLogger("ray.tune.tune"), Kept(), ResultsNotErrors({"probe_1"})
+    tune_log.addHandler(kept)
+    tune_log.addFilter(results)
+    try:
+        tune_log.error("Trials did not complete: %s", [probe])  # as ray/tune/tune.py logs it
+        tune_log.error("Trials did not complete: %s", [probe, broken])
+        tune_log.error("something else: %s", [probe])
+    finally:
+        tune_log.removeFilter(results)
+        tune_log.removeHandler(kept)
+    assert kept.lines == [f"Trials did not complete: {[broken]}", f"something else: {[probe]}"]
+
+
+def test_runs_counts_a_probe_out_of_memory_as_a_probe_not_a_failure(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    from sweep import store
+    from sweep.cli import main
+    from sweep.schema import Status
+    from trainables.config import TrialConfig
+
+    def trial(batch: int, probe: str | None) -> TrialConfig:
+        return TrialConfig(framework="mxnet", model="resnet8_cifar", num_gpus=1, batch_per_gpu=batch, epochs=1,
+                           lr=0.05, data="synthetic", max_batch_probe=probe)
+
+    ended = [(trial(32, "cfg"), Status.COMPLETED), (trial(64, "cfg"), Status.OOM), (trial(8, None), Status.OOM),
+             (trial(16, None), Status.FAILED)]
+    meta = store.RunMeta("mb", "20261126-000000-abcd", "smoke", "mb.yaml", "", None, True,
+                         [t.trial_id for t, _ in ended], searches_done=True)
+    run = store.RunStore.create(tmp_path, meta, "name: mb\n")
+    for t, status in ended:
+        run.finish_trial(store.summarize(t.trial_id, t, [], status, {"sweep": "mb", "run_id": meta.run_id}), [])
+    assert main(["runs", "--results", str(tmp_path)]) == 0
+    head, line = capsys.readouterr().out.splitlines()
+    assert head.split()[4:10] == ["trials", "done", "failed", "oom", "probes", "interrupted"]
+    assert line.split()[4:10] == ["4", "1", "2", "1", "0", "0"]  # an ordinary trial's oom is a failure still
+
+
+def test_a_run_of_one_gpu_count_draws_no_scaling_plots() -> None:
+    """A search alone measures one GPU count: the throughput plot would be a dot per batch, the efficiency plot its
+    ideal line alone (issue 40). With a second GPU count both are drawn."""
+    import pandas as pd
+
+    from sweep.report.plots import plot_efficiency, plot_throughput
+
+    one = pd.DataFrame({"speed_group": ["b32", "b64"], "num_gpus": [1, 1], "nodes": [1, 1],
+                        "images_per_sec": [720.0, None], "efficiency": [1.0, None], "baseline": ["ok", "oom"]})
+    assert plot_throughput(one, True) is None and plot_efficiency(one, True) is None
+    two = pd.concat([one, one.iloc[:1].assign(num_gpus=2, images_per_sec=1300.0, efficiency=0.9)], ignore_index=True)
+    assert plot_throughput(two, True) is not None and plot_efficiency(two, True) is not None
+
+
 @pytest.mark.slow
 def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_repeating_a_probe(tmp_path: Path) -> None:
     """Through `python -m sweep`, real Ray, real MXNet steps: interrupted after its first probe, resumed, trained at
@@ -145,10 +213,13 @@ def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_rep
     import sys
     import time
 
+    import re
+
     import pandas as pd
     from conftest import ROOT, SWEEPS, run_cli
 
     from sweep import store
+    from sweep.console import rate
 
     sweep, results = str(SWEEPS / "max_batch.yaml"), tmp_path / "results"
     # Then it trains at its boundary: one epoch of two steps (epochs 0 would be the search alone).
@@ -181,8 +252,16 @@ def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_rep
     assert (trials.memory_capacity_mib == 100).all() and (trials.device_kind == "cpu-emulated").all()
     assert trials.loc[32, "emulated_device_mem_mib"] <= 100 < trials.loc[64, "emulated_device_mem_mib"]
     assert "1 probes out of memory (the searches' boundaries)" in resumed.stdout
+    assert "Trials did not complete" not in resumed.stdout + resumed.stderr  # Tune's error line: not for a result
+    # Each probe's epoch line reads its steady images/s, the table's figure, not the epoch's with its warm-up in.
+    steady = {b: f"{rate(r)} img/s," for b, r in trials.steady_images_per_sec.items()}
+    for batch, figure in steady.items():
+        assert re.search(rf"batch={batch} lr=0.05  epoch 0 \(1 of 1 done\): {re.escape(figure)}", resumed.stdout
+                         + out), (figure, resumed.stdout)
     status = run_cli("status", sweep, "--results", str(results), timeout=120)
     assert "of the failed, 1 probe of largest-batch searches ran out of memory" in status.stdout, status.stdout
+    listed = run_cli("runs", "--results", str(results), timeout=120).stdout.splitlines()
+    assert listed[1].split()[5:11] == ["3", "2", "0", "1", "0", "0"], listed  # trials, done, failed, oom probes, ...
 
     report = run_cli("report", str(runs[-1]), timeout=120)
     assert report.returncode == 0 and "Largest batch per GPU that fits" in report.stdout, report.stdout + report.stderr
@@ -191,6 +270,9 @@ def test_search_finds_the_boundary_under_emulated_memory_and_resumes_without_rep
     assert (row["state"], row["max batch"], row["first oom"], row["probes"], row["emulated"]) == ("found", 32, 64, 2, True)
     assert (row["trains at"], row["training"]) == (32, "completed")
     assert row["its MiB/device"] == pytest.approx(trials.loc[32, "emulated_device_mem_mib"], abs=0.1)
+    # One GPU count: no scaling plots (a dot, an ideal line alone), and report.md says why.
+    assert not list((runs[-1] / "report").glob("*_vs_gpus.png"))
+    assert "- throughput_vs_gpus: not drawn, one GPU count" in (runs[-1] / "report" / "report.md").read_text()
 
 
 def test_study_000s_memory_rows_are_the_documents() -> None:

@@ -179,8 +179,8 @@ def test_runs_lists_every_run_with_its_counts_gpu_hours_date_and_command(runs: E
             meta = runs.meta(i)
             assert cells[:3] == ["tiny_mxnet", meta.run_id, "smoke"]
             assert cells[3] == time.strftime("%Y-%m-%d", time.localtime(meta.sessions[0].started_at))
-            assert cells[5:10] == ["2", str(done), str(failed), "0", "0"]
-            assert cells[10] == f"{store.RunStore(runs.run_dir(i)).gpu_hours():.4f}" and cells[11] == "finished"
+            assert cells[5:11] == ["2", str(done), str(failed), "0", "0", "0"]  # ... failed, oom probes, interrupted, pending
+            assert cells[11] == f"{store.RunStore(runs.run_dir(i)).gpu_hours():.4f}" and cells[12] == "finished"
             assert lines[i + 1].endswith(meta.command) and "--set epochs=1" in meta.command
     one_line_error(cli(capsys, "runs", "nosuch", "--results", str(runs.results)), "no run of nosuch")
     empty = cli(capsys, "runs", "--results", str(tmp_path / "none"))

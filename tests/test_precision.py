@@ -57,6 +57,45 @@ def test_mxnet_amp_graph_runs_its_convolutions_in_bfloat16() -> None:
     assert int(count) >= 7 and "bfloat16" in dtypes and "float32" not in dtypes, out.stdout  # every conv of resnet8
 
 
+def test_computed_precision_is_what_ran_not_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`precision` is the setting; `computed_precision` what the steps computed in: a CPU has no TF32 (issue 40:
+    MXNet rows on the CPU said tf32), nor a GPU before Ampere, and a 16-bit dtype is the one the layers produced."""
+    from trainables import environment, loop
+
+    assert loop.computed_precision("float32", False, False) == "fp32"  # tf32 on CPU devices
+    assert loop.computed_precision("bfloat16", False, False) == "bf16"
+    assert loop.computed_precision("float16", True, True) == "fp16"
+    assert loop.computed_precision("float32", True, True) == "tf32"
+    assert loop.computed_precision("float32", True, None) is None  # TF32 allowed on a GPU the driver does not name
+    assert loop.computed_precision("float32", False, None) == "fp32"
+    assert loop.tf32_hardware(Devices.of(["0"], emulated=True)) is False
+    gpus = {0: ("NVIDIA H100 80GB HBM3", "sm_90"), 1: ("Tesla V100-SXM2-16GB", "sm_70")}
+    monkeypatch.setattr(environment, "gpu_architecture", gpus.get)
+    assert loop.tf32_hardware(Devices("gpu", 1, ("0",))) is True
+    assert loop.tf32_hardware(Devices("gpu", 1, ("1",))) is False
+    assert loop.tf32_hardware(Devices("gpu", 1, ("2",))) is None
+
+
+@pytest.mark.slow
+def test_rows_on_cpu_devices_say_fp32_where_the_setting_is_tf32() -> None:
+    """MXNet and TensorFlow, one epoch each on an emulated GPU (a process of its own: TensorFlow's devices and
+    MXNet's amp are fixed per process)."""
+    script = textwrap.dedent("""
+        from trainables.config import TrialConfig
+        from trainables.loop import Devices, TrialLoop
+        for framework, precision in [("mxnet", "tf32"), ("tensorflow", "tf32"), ("tensorflow", "bf16")]:
+            cfg = TrialConfig(framework, "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.05,
+                              data="synthetic", steps_per_epoch=2, precision=precision)
+            row = TrialLoop(cfg, Devices.of(["0"], emulated=True), None).run_epoch(0)
+            print("row", framework, precision, row["computed_precision"], row["tf32_allowed"])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split()[1:] for line in out.stdout.splitlines() if line.startswith("row ")]
+    assert rows == [["mxnet", "tf32", "fp32", "False"], ["tensorflow", "tf32", "fp32", "False"],
+                    ["tensorflow", "bf16", "bf16", "False"]], out.stdout
+
+
 def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -> None:
     sweep = tmp_path / "fp16.yaml"
     sweep.write_text('description: "x"\nfixed: {framework: mxnet, model: resnet8_cifar, num_gpus: 1, batch_per_gpu: 4, '
@@ -85,6 +124,7 @@ def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Pa
     for row in trials.itertuples():
         assert row.layout == ("NCHW" if row.framework == "mxnet" else "NHWC")
         assert not row.tf32_allowed  # CPU devices: no TF32
+        assert row.computed_precision == ("fp32" if row.precision == "tf32" else row.precision)  # nor tf32 computed
         assert (row.loss_scale > 0) if row.precision == "fp16" else pd.isna(row.loss_scale)
         assert row.compiler == ("xla" if row.compile else None)
         assert row.steady_images_per_sec > 0

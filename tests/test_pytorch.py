@@ -147,6 +147,24 @@ def test_checkpoint_restores_weights_velocities_and_loss_scale(tmp_path: Path) -
     assert row["framework_version"].startswith("pytorch ") and row["layout"] == "NCHW" and row["loss_scale"] > 0
 
 
+def test_rows_record_the_precision_the_step_computed_in() -> None:
+    """Issue 46: a run whose autocast was off said bf16 all the same. The rows' computed_precision is read off the
+    step's output: bf16 under autocast, fp32 without it, and fp32 for tf32 on a CPU (no TF32 there)."""
+    from trainables.loop import Devices, TrialLoop
+
+    def loop(precision: str) -> TrialLoop:
+        cfg = TrialConfig(framework="pytorch", model="resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=2, lr=0.05,
+                          data="synthetic", steps_per_epoch=2, warmup_steps=0, precision=precision)
+        return TrialLoop(cfg, Devices.of(["0"], emulated=True), None)
+
+    bf16 = loop("bf16")
+    assert bf16.run_epoch(0)["computed_precision"] == "bf16"
+    bf16.backend.autocast = None  # autocast off: the step computes in fp32, whatever the setting says
+    assert bf16.run_epoch(1)["computed_precision"] == "fp32"
+    tf32 = loop("tf32").run_epoch(0)
+    assert (tf32["computed_precision"], tf32["tf32_allowed"]) == ("fp32", False)
+
+
 def test_a_trial_on_several_gpus_refuses_to_run_as_one_process() -> None:
     from trainables.loop import Devices, TrialLoop
 

@@ -233,3 +233,48 @@ fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, ba
             pass
     status = run_cli("status", str(sweep), "--results", str(results), timeout=60)
     assert "running now" not in status.stdout and "--resume" in status.stdout, status.stdout  # its driver is gone
+
+
+# --- Ctrl-C during start-up (issue 40): nothing half-made is left, and nothing is out of sight ----------------
+
+def test_ctrl_c_while_the_run_folder_is_made_leaves_nothing(tmp_path: Path) -> None:
+    """A real SIGINT to this process while RunStore.create writes the sweep file (as Ctrl-C at that moment of a
+    start does): the folder, its epochs/ and trials/, and the temporary file are all gone again."""
+    import threading
+
+    results = tmp_path / "results"
+    meta = store.RunMeta(sweep="tiny_mxnet", run_id=store.new_run_id(), scale="smoke", spec_path=SWEEP,
+                         spec_sha256="0" * 64, data_dir=None, emulated=True, trials=["t1"])
+    text = "#" * (64 << 20)  # written for long enough that the signal comes mid-write
+
+    def ctrl_c_when_writing() -> None:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if list(results.glob("*/*/.sweep.yaml.tmp-*")):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.001)
+
+    threading.Thread(target=ctrl_c_when_writing, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        store.RunStore.create(results, meta, text)
+    assert not results.exists(), sorted(map(str, results.rglob("*")))
+
+
+def test_a_half_made_run_folder_is_listed_and_deleted(tmp_path: Path) -> None:
+    """A start killed (SIGKILL) while it made its run's folder leaves it without a run.json, as the issue found it:
+    `runs` lists it and `rm` deletes it."""
+    results = tmp_path / "results"
+    half = results / "tiny_mxnet" / "20261124-112119-e9cc"
+    (half / "epochs").mkdir(parents=True)
+    (half / "trials").mkdir()
+    (half / ".sweep.yaml.tmp-4242").write_text("name: tiny")
+    for args in (["runs"], ["runs", "tiny_mxnet"]):
+        listed = run_cli(*args, "--results", str(results), timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.strip() == ("tiny_mxnet 20261124-112119-e9cc: incomplete: its start was stopped before it "
+                                         "wrote run.json; python -m sweep rm tiny_mxnet 20261124-112119-e9cc deletes it")
+    gone = run_cli("rm", "tiny_mxnet", "20261124-112119-e9cc", "--yes", "--results", str(results), timeout=60)
+    assert gone.returncode == 0 and "deleted run 20261124-112119-e9cc of tiny_mxnet" in gone.stdout, gone.stderr
+    assert not half.exists()
+    assert run_cli("runs", "--results", str(results), timeout=60).stdout.startswith("no runs under")

@@ -26,6 +26,7 @@ def test_smoke_sweep_completes_every_trial(smoke_run) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "no GPU found: emulating" in out.stdout
     assert "synthetic data" in out.stdout
+    assert "scale smoke trains resnet8_cifar_v2, a small stand-in for the sweep's full-scale resnet50_cifar_v2" in out.stdout
     # Those trials, written out: 2 frameworks x lr 0.025 (the linear rule's 0.05 x 16 / 128) and the include entry's
     # fixed lr 0.4, its batch 32 set to 16.
     expected = sorted((f, b, lr) for f in ("mxnet", "tensorflow") for b, lr in ((16, 0.025), (16, 0.4)))

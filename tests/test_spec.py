@@ -264,6 +264,16 @@ BAD_SPECS = [
      "kvstore: dist_sync is MXNet's; PyTorch trials run DistributedDataParallel"),
     ("pytorch with parameter servers", GOOD.replace("[mxnet]", "[pytorch]").replace(
         "lr: 0.1", "lr: 0.1, variable_update: parameter_server"), "variable_update: a TensorFlow setting; PyTorch"),
+    # A value given twice in an axis made its trials once, without a word (issue 40): refused, naming axis and value.
+    ("grid value twice", GOOD.replace("num_gpus: [1]", "num_gpus: [1], seed: [1, 2, 1]"),
+     "grid.seed: expected each value once, got 1 twice"),
+    ("grid number twice in two spellings", GOOD.replace("num_gpus: [1]", "num_gpus: [1], lr_decay_factor: [0.1, 1e-1]"),
+     "grid.lr_decay_factor: expected each value once, got 0.1 twice"),
+    ("grid list twice", GOOD.replace("num_gpus: [1]", "num_gpus: [1], lr_decay_epochs: [[1], [2], [1]]"),
+     "grid.lr_decay_epochs: expected each value once, got [1] twice"),
+    ("include value twice", GOOD + "include:\n  - {num_gpus: [2, 2]}\n", "include[0].num_gpus: expected each value once, got 2 twice"),
+    ("scale's grid value twice", GOOD + "scales: {smoke: {grid: {seed: [3, 3]}}}\n",
+     "scales.smoke.grid.seed: expected each value once, got 3 twice"),
 ]
 
 
@@ -290,7 +300,7 @@ def test_scientific_notation_is_a_number(tmp_path: Path) -> None:
     assert config.lr == 0.001 and config.weight_decay == 0.0005
 
 
-@pytest.mark.parametrize("case", ["malformed yaml", "unknown model", "lr <= 0"])
+@pytest.mark.parametrize("case", ["malformed yaml", "unknown model", "lr <= 0", "grid value twice"])
 def test_bad_spec_through_the_cli_writes_nothing(case: str, tmp_path: Path) -> None:
     text = next(t for c, t, _ in BAD_SPECS if c == case)
     path = tmp_path / "bad.yaml"
@@ -312,6 +322,28 @@ def test_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
         spec.load(str(folder))
     with pytest.raises(SpecError, match=r"missing.yaml: no such file"):
         spec.load(str(tmp_path / "missing.yaml"))
+
+
+def test_a_typo_in_a_key_is_answered_with_the_names_close_to_it(tmp_path: Path) -> None:
+    """Not every one of the 30-odd settings (issue 40): the close ones, in one short line; all of them only where
+    none is close."""
+    cases = [(GOOD.replace("lr: 0.1", "lr: 0.1, bach_per_gpu: 8"),
+              "fixed.bach_per_gpu: unknown setting 'bach_per_gpu' (did you mean batch_per_gpu?)"),
+             (GOOD.replace("num_gpus: [1]", "num_gpu: [1]"), "grid.num_gpu[0]: unknown setting 'num_gpu' (did you mean num_gpus?)"),
+             (GOOD + "target_accuracy: 0.75\n", "unknown key 'target_accuracy' (did you mean target_acc?)")]
+    path = tmp_path / "typo.yaml"
+    for text, line in cases:
+        path.write_text(text)
+        with pytest.raises(SpecError) as err:
+            spec.load(str(path))
+        assert str(err.value) == f"{path}: {line}"
+    path.write_text(GOOD)
+    out = run_cli("show", str(path), "--set", "warmup=1", timeout=60)
+    assert out.returncode == 2 and out.stderr == \
+        "error: --set warmup=1: unknown setting 'warmup' (did you mean warmup_steps or warmup_epochs?)\n", out.stderr
+    path.write_text(GOOD + "colour: blue\n")  # nothing close: every key
+    with pytest.raises(SpecError, match=r"unknown key 'colour' \(expected one of description, early_stopping, "):
+        spec.load(str(path))
 
 
 def test_set_takes_xla_as_compiles_old_name() -> None:

@@ -119,6 +119,9 @@ class SlowStartBackend:
     def precision_columns(self) -> dict[str, Any]:
         return {"layout": self.layout, "tf32_allowed": False, "loss_scale": None}
 
+    def compute_dtype(self) -> str:
+        return "float32"
+
     def save(self, path: str) -> None:
         pass
 

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 FRAMEWORKS = ("mxnet", "tensorflow", "pytorch")
-DATA_KINDS = ("cifar10", "synthetic")
+DATA_KINDS = ("cifar10", "synthetic", "imagenet")  # imagenet: an image folder (trainables/images.py)
 KVSTORES = ("device", "local", "dist_sync", "dist_async")  # MXNet; dist_* span processes and nodes
 VARIABLE_UPDATES = ("replicated", "parameter_server")  # TensorFlow, as tf_cnn_benchmarks names them
 # The arithmetic of a trial. "tf32" is each framework's default: fp32 variables and math, with TF32 tensor
@@ -25,7 +25,8 @@ VARIABLE_UPDATES = ("replicated", "parameter_server")  # TensorFlow, as tf_cnn_b
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # Fields added after runs were stored, with the value those runs had: left out of the trial id while
 # they hold it, so that the id of every older trial stays what it was (resumes still match).
-ADDED_LATER = {"precision": "tf32", "xla": False, "max_batch_probe": None, "memory_capacity_mib": None}
+ADDED_LATER = {"precision": "tf32", "xla": False, "max_batch_probe": None, "memory_capacity_mib": None,
+               "loader_workers": None}
 # Settings renamed after runs were stored: old name -> new. Sweep files, --set and stored configs may use
 # the old name; a trial id hashes the setting under its old name, so that the ids of older runs hold.
 RENAMED = {"xla": "compile"}
@@ -100,6 +101,8 @@ class TrialConfig:
     # memory (trainables/loop.py). Both are part of the trial's identity: they change what it finds.
     max_batch_probe: str | None = None
     memory_capacity_mib: float | None = None
+    # Worker processes of the framework's input pipeline per GPU (data: imagenet): None, the trial's CPUs per GPU.
+    loader_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.gpus_per_node is None:  # a config made outside the spec loader (trainables.local, tests)
@@ -123,6 +126,14 @@ class TrialConfig:
         if self.cpus_per_trial is not None:
             return self.cpus_per_trial
         return self.cpus_per_gpu * self.gpus_per_node if self.cpus_per_gpu else 1
+
+    @property
+    def input_workers(self) -> int:
+        """Worker processes decoding images for each GPU's process (data: imagenet): loader_workers, else the
+        trial's CPUs per GPU, so that a GPU's share of the node's cores decodes its images."""
+        if self.loader_workers is not None:
+            return self.loader_workers
+        return max(1, self.cpus // self.gpus_per_node)
 
     @property
     def distributed(self) -> bool:

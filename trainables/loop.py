@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from trainables import data, environment, zoo
+from trainables import data, environment, images, zoo
 from trainables.config import TrialConfig
 from trainables.failure import EmulatedOutOfMemoryError
 from trainables.measure import EmulatedMemory, StepTimer, host_peak_rss_mib, throughput
@@ -64,8 +64,32 @@ class Backend(Protocol):
     def eval_step(self, batch: Any) -> tuple[int, int]: ...  # (correct, images), synchronised
     def device_peak_mib(self) -> list[float] | None: ...  # one per device; None when emulated
     def precision_columns(self) -> dict[str, Any]: ...  # layout, tf32_allowed, loss_scale (sweep/schema.py)
+    def compute_dtype(self) -> str: ...  # what the last step's layers computed in: float32, bfloat16 or float16
     def save(self, path: str) -> None: ...
     def load(self, path: str) -> None: ...
+
+
+HALF_PRECISIONS = {"bfloat16": "bf16", "float16": "fp16"}  # 16-bit compute dtypes, in the precision setting's names
+TF32_FROM_SM = 80  # TF32 tensor cores: Ampere (sm_80) and later; a CPU or an older GPU computes fp32 in fp32
+
+
+def tf32_hardware(devices: Devices) -> bool | None:
+    """Whether the trial's GPUs have TF32 (Ampere and later); False on CPU devices, None where the driver cannot say."""
+    if devices.kind != "gpu":
+        return False
+    found = environment.gpu_architecture(int(devices.ray_gpu_ids[0])) if devices.ray_gpu_ids else None
+    return None if found is None else int(found[1].removeprefix("sm_")) >= TF32_FROM_SM
+
+
+def computed_precision(dtype: str, tf32_allowed: bool, tf32_hardware: bool | None) -> str | None:
+    """What a trial's steps computed in, in the `precision` setting's names: the 16-bit dtype its layers computed
+    in; else tf32 where TF32 was allowed on GPUs that have it, fp32 where it was not or they have none (a CPU:
+    the setting `tf32` computes fp32 there). None where that is not known (a GPU the driver does not name)."""
+    if dtype in HALF_PRECISIONS:
+        return HALF_PRECISIONS[dtype]
+    if dtype != "float32" or (tf32_allowed and tf32_hardware is None):
+        return None
+    return "tf32" if tf32_allowed and tf32_hardware else "fp32"
 
 
 def lr_at(cfg: TrialConfig, epoch: int) -> float:
@@ -76,9 +100,12 @@ def lr_at(cfg: TrialConfig, epoch: int) -> float:
     return cfg.lr * cfg.lr_decay_factor ** drops
 
 
-def load_backend(cfg: TrialConfig, devices: Devices, image_size: int) -> Backend:
+def load_backend(cfg: TrialConfig, devices: Devices, image_size: int, num_classes: int | None = None) -> Backend:
+    """The framework's Backend; num_classes: an image folder's (data: imagenet), else the zoo's 10."""
     module = importlib.import_module(f"trainables.{cfg.framework}.backend")
-    return module.Backend(cfg, devices, image_size)
+    if num_classes is None:
+        return module.Backend(cfg, devices, image_size)
+    return module.Backend(cfg, devices, image_size, num_classes=num_classes)
 
 
 def open_rendezvous(framework: str, host: str) -> tuple[Any, int]:
@@ -146,21 +173,25 @@ class TrialLoop:
         self.cfg, self.shard = cfg, shard
         self.image_size = cfg.image_size or zoo.default_image_size(cfg.model)
         self.synthetic = cfg.data == "synthetic" or data_dir is None
-        self.cifar = None if self.synthetic else data.load_cifar10(data_dir)
+        # data: imagenet: an image folder, read a batch at a time by the framework's own pipeline (below).
+        self.folder = images.scan(data_dir) if cfg.data == "imagenet" and not self.synthetic else None
+        self.cifar = None if self.synthetic or self.folder else data.load_cifar10(data_dir)
         self.memory = _emulated_memory(cfg, devices) if backend is None else None
-        self.backend = backend or load_backend(cfg, devices, self.image_size)
+        self.backend = backend or load_backend(cfg, devices, self.image_size,
+                                               len(self.folder.classes) if self.folder else None)
         self.start_epoch = 0
         if restore_dir:
             self.backend.load(restore_dir)
             self.start_epoch = checkpoint_epoch(restore_dir) + 1
-        train_size = data.CIFAR10_TRAIN_SIZE if self.cifar is None else len(self.cifar.train_x)
+        train_size = (len(self.folder.train.paths) if self.folder else
+                      data.CIFAR10_TRAIN_SIZE if self.cifar is None else len(self.cifar.train_x))
         self.steps = data.steps_per_epoch(train_size, cfg.global_batch, cfg.steps_per_epoch)
         self.batch = cfg.global_batch // shard.count  # what this process trains on per step
         self.timer = StepTimer(cfg.warmup_steps)
         self.fixed = {
             "device_kind": devices.kind,
             "ray_gpu_ids": ",".join(devices.ray_gpu_ids),
-            "data_kind": "synthetic" if self.synthetic else "real",
+            "data_kind": "synthetic" if self.synthetic else self.folder.data_kind if self.folder else "real",
             "image_size": self.image_size,
             "param_count": self.backend.param_count(),
             "framework_version": self.backend.framework_version,
@@ -172,13 +203,21 @@ class TrialLoop:
             "framework_cudnn_version": self.backend.framework_cudnn_version,
         }
         if not self.synthetic:  # the images each validation scores: val_examples, or fewer where the split is smaller
-            self.fixed["val_examples"] = min(len(self.cifar.test_x), cfg.val_examples or len(self.cifar.test_x))
+            val_size = len(self.folder.val.paths) if self.folder else len(self.cifar.test_x)
+            self.fixed["val_examples"] = min(val_size, cfg.val_examples or val_size)
+        self.pipeline = None  # the framework's input pipeline of an image folder: trainables/<framework>/input.py
+        if self.folder:
+            self.pipeline = importlib.import_module(f"trainables.{cfg.framework}.input").Pipeline(
+                cfg, self.folder, self.image_size, shard.rank, shard.count, self.batch, self.steps, devices.kind == "gpu")
         self.on_gpu = devices.kind == "gpu"
+        self.tf32_hardware = tf32_hardware(devices)
 
     def _real_batches(self, epoch: int) -> Any:
         """The epoch's batches on the devices. Read and shuffled on a background thread; copied to the
         devices there too where the backend allows it (put_ahead), so the step does not wait for the copy."""
         cfg, backend, cifar = self.cfg, self.backend, self.cifar
+        if self.pipeline:  # an image folder: the framework's pipeline decodes and prefetches in its workers
+            return self.pipeline.train(epoch, backend.put_loaded)
         host = data.train_batches(cifar.train_x, cifar.train_y, cfg.global_batch, self.steps, cfg.seed, epoch,
                                   backend.layout, self.shard.rank, self.shard.count)
         if backend.put_ahead:
@@ -192,7 +231,8 @@ class TrialLoop:
         loss_sum, correct, seen = 0.0, 0, 0
         timer.start_epoch()
         t0 = time.perf_counter()
-        batches = iter(lambda: backend.synthetic(), None) if self.synthetic else self._real_batches(epoch)
+        batches = iter(lambda: backend.synthetic(), None) if self.synthetic else self._waited(self._real_batches(epoch))
+        self.input_wait = 0.0
         timer.start()
         for step, batch in zip(range(self.steps), batches):
             step_loss, step_correct, step_images = backend.train_step(batch, lr)
@@ -209,6 +249,7 @@ class TrialLoop:
             val_acc = self.validate()
 
         steady = throughput(timer.epoch_times(), self.batch)
+        arithmetic = backend.precision_columns()
         return {
             **self.fixed,
             "epoch": epoch,
@@ -223,21 +264,51 @@ class TrialLoop:
             "steady_steps": steady.steps,
             "train_loss": loss_sum / seen if seen else None,
             "train_acc": None if self.synthetic else correct / seen,
+            "input_wait_s": None if self.synthetic else self.input_wait,
+            # Read after validation, which replaces an undecodable image too.
+            "images_skipped": self.pipeline.take_skipped() if self.pipeline else None,
             "val_acc": val_acc,
             "peak_device_mem_mib": backend.device_peak_mib(),
             "peak_host_rss_mib": host_peak_rss_mib(),
             "emulated_device_mem_mib": self.memory.per_device_mib() if self.memory else None,
             "memory_capacity_mib": cfg.memory_capacity_mib,
-            **backend.precision_columns(),
+            **arithmetic,
+            # What the steps computed in (the setting `precision` says what was asked for: tf32 is fp32 on a CPU).
+            "computed_precision": computed_precision(backend.compute_dtype(), arithmetic["tf32_allowed"],
+                                                     self.tf32_hardware),
             "compiler": self.cfg.compiler,  # the graph compiler that ran the step (config.COMPILERS), if any
             "diverged": diverged,
             # Read after the epoch's steps: frameworks load cuDNN at their first convolution on a GPU.
             "cudnn_loaded_version": environment.loaded_cudnn_version() if self.on_gpu else None,
         }
 
+    def _waited(self, batches: Any) -> Any:
+        """The batches, the time the loop waited for each added to self.input_wait (input_wait_s)."""
+        batches = iter(batches)
+        while True:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            self.input_wait += time.perf_counter() - t0
+            if batch is None:
+                return
+            yield batch
+
+    def _validate_folder(self) -> float:
+        """validate() over an image folder's val split, through the framework's pipeline."""
+        hits, scored = 0, 0
+        expected = self.fixed["val_examples"]
+        for batch in self.pipeline.val(expected, self.backend.put_loaded):
+            batch_hits, batch_scored = self.backend.eval_step(batch)
+            hits, scored = hits + batch_hits, scored + batch_scored
+        if scored != expected:
+            raise RuntimeError(f"validation scored {scored} images, not the {expected} it is for")
+        return hits / scored
+
     def validate(self) -> float:
         """The fraction of the validation images (the test split, or its first val_examples) predicted
         right, each image scored exactly once: the devices' own count must be the images asked for."""
+        if self.pipeline:
+            return self._validate_folder()
         cifar, backend = self.cifar, self.backend
         hits, scored = 0, 0
         for x, y in data.eval_batches(cifar.test_x, cifar.test_y, self.batch, self.cfg.val_examples, backend.layout):

@@ -167,4 +167,7 @@ def total_over_workers(rows: list[dict]) -> dict:
         "emulated_device_mem_mib": None if any(r.get("emulated_device_mem_mib") is None for r in rows)
         else max(r["emulated_device_mem_mib"] for r in rows),
         "diverged": any(r["diverged"] for r in rows),
+        # data: imagenet: every rank's undecodable images; the longest any rank's steps waited for their input.
+        "images_skipped": total("images_skipped") if "images_skipped" in rows[0] else None,
+        "input_wait_s": None if any(r.get("input_wait_s") is None for r in rows) else max(r["input_wait_s"] for r in rows),
     }

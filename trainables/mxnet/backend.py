@@ -188,6 +188,10 @@ class Backend:
         return {"layout": self.layout, "tf32_allowed": self.on_gpu and self.precision != "fp32",
                 "loss_scale": float(self.trainer._amp_loss_scaler.loss_scale) if self.loss_scaling else None}
 
+    def compute_dtype(self) -> str:
+        """amp's target dtype in this process (it rewrote every operator it covers, convolutions first), else float32."""
+        return (_amp_dtype[0] if _amp_dtype else None) or "float32"
+
     def device_peak_mib(self) -> list[float] | None:
         return self.memory.peak_mib() if self.memory else None
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from trainables import environment
+from trainables import environment, zoo
 from trainables.config import TrialConfig, ddp_timeout_s
 from trainables.loop import Devices
 from trainables.probe import Build
@@ -94,7 +94,7 @@ class Backend:
     framework_cudnn_version = (environment.cudnn_version_text(torch.backends.cudnn.version())
                                if torch.backends.cudnn.version() else None)  # None in a CPU build
 
-    def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
+    def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> None:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         if self.world != cfg.num_gpus:  # one process per GPU: sweep/workers.py starts them
             raise ValueError(f"a PyTorch trial on {cfg.num_gpus} GPUs runs as {cfg.num_gpus} processes, one per GPU; "
@@ -114,12 +114,13 @@ class Backend:
         torch.backends.cudnn.benchmark = self.on_gpu  # fixed shapes: cuDNN picks its fastest kernels once
         self.precision = cfg.precision
         self.autocast = AUTOCAST.get(cfg.precision)
+        self.computed: torch.dtype | None = None  # the dtype the last forward pass produced (autocast's, or fp32)
         # channels_last on GPUs: 1.78x NCHW's images/s on an H100 (ResNet-50 bf16, benchmarks/README.md); NCHW on CPUs.
         self.memory_format = torch.channels_last if self.on_gpu else torch.contiguous_format
         self.image_size, self.batch_per_gpu = image_size, cfg.batch_per_gpu
 
         torch.manual_seed(cfg.seed)  # every rank builds the same weights (DDP also sends rank 0's at the start)
-        self.net = models.build(cfg.model, image_size).to(self.device, memory_format=self.memory_format)
+        self.net = models.build(cfg.model, image_size, num_classes).to(self.device, memory_format=self.memory_format)
         self.opt = MomentumSGD(self.net.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
         # fp16: dynamic loss scaling (torch's defaults: from 2^16, halved on a non-finite gradient, which skips
         # that step, doubled after 2,000 finite steps).
@@ -171,6 +172,13 @@ class Backend:
             ys = ys.pin_memory().to(self.device, non_blocking=True)
         return self._to_device(xs), ys
 
+    def put_loaded(self, x: torch.Tensor, y: torch.Tensor) -> Any:
+        """A batch of the PyTorch input pipeline (trainables/pytorch/input.py): CPU tensors, pinned on GPUs, so the
+        copy is queued without waiting for it."""
+        if self.on_gpu:
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        return self._to_device(x), y
+
     def synthetic(self) -> Any:
         if not hasattr(self, "_synthetic"):
             shape = (self.batch_per_gpu, 3, self.image_size, self.image_size)
@@ -180,9 +188,12 @@ class Backend:
 
     def _forward(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         if self.autocast is None:
-            return model(x)
-        with torch.autocast(self.device.type, dtype=self.autocast):
-            return model(x).float()  # the loss in fp32, as the other frameworks compute it
+            out = model(x)
+        else:
+            with torch.autocast(self.device.type, dtype=self.autocast):
+                out = model(x)
+        self.computed = out.dtype  # what the layers computed in, read off their output: the rows' computed_precision
+        return out.float()  # the loss in fp32, as the other frameworks compute it
 
     def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
         x, y = batch
@@ -237,6 +248,10 @@ class Backend:
         return {"layout": "NHWC" if self.on_gpu else "NCHW",
                 "tf32_allowed": self.on_gpu and torch.backends.cuda.matmul.allow_tf32,
                 "loss_scale": float(self.scaler.get_scale()) if self.scaler else None}
+
+    def compute_dtype(self) -> str:
+        """The dtype the last forward pass produced: autocast's where it ran, float32 where it did not."""
+        return str(self.computed).removeprefix("torch.")
 
     def device_peak_mib(self) -> list[float] | None:
         """This process's GPU: the peak its allocator held (a trial's rows list one per rank)."""

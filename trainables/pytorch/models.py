@@ -287,12 +287,20 @@ def initialise(net: nn.Module, name: str) -> None:
                 nn.init.zeros_(module.bias)
 
 
+def _resize_output(net: nn.Module, num_classes: int) -> None:
+    """Replace the network's last Linear (every zoo model ends in one) by one with num_classes outputs."""
+    parent_name, _, child = [name for name, m in net.named_modules() if isinstance(m, nn.Linear)][-1].rpartition(".")
+    parent = net.get_submodule(parent_name)
+    last = getattr(parent, child)
+    setattr(parent, child, nn.Linear(last.in_features, num_classes, bias=last.bias is not None))
+
+
 FIXED = {"resnet50_v1": lambda size: resnet50_v1(), "inception_v3": lambda size: inception_v3(),
          "cifar10_conv": cifar10_conv, "alexnet": alexnet}
 
 
-def build(name: str, image_size: int) -> nn.Module:
-    """The zoo's model `name` for image_size x image_size NCHW float32 inputs, initialised; logits (N, 10)."""
+def build(name: str, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> nn.Module:
+    """The zoo's model `name` for image_size x image_size NCHW float32 inputs, initialised; logits (N, num_classes)."""
     units = zoo.cifar_resnet_units(name)
     if units is not None:
         net = resnet_cifar_v2(units) if zoo.is_preact(name) else resnet_cifar(units, image_size)
@@ -300,5 +308,7 @@ def build(name: str, image_size: int) -> nn.Module:
         net = FIXED[name](image_size)
     else:
         raise ValueError(f"model {name} has no PyTorch builder")
+    if num_classes != zoo.NUM_CLASSES:  # an image folder's classes (data: imagenet): the output layer sized to them
+        _resize_output(net, num_classes)
     initialise(net, name)
     return net

@@ -141,6 +141,10 @@ class Backend:
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
         return tf.distribute.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(n)])
 
+    def compute_dtype(self) -> str:
+        """The dtype the model's layers compute in: its Keras policy's (their output tensors are of it)."""
+        return self.model.compute_dtype
+
     def precision_columns(self) -> dict[str, Any]:
         """How the trial's arithmetic ran: the layout, whether TF32 was allowed on a GPU, the loss scale now."""
         return {
