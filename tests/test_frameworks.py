@@ -371,7 +371,7 @@ def test_trials_go_only_to_the_nodes_where_their_framework_runs(broken_node, tmp
     lines = {(line.split()[1], line.split()[2]): line for line in table[2:6]}  # (node, framework) -> line
     assert "FAILED: mxnet fails at import: OSError" in lines[(broken[:8], "mxnet")]
     assert [line.endswith("  OK") for key, line in sorted(lines.items()) if key != (broken[:8], "mxnet")] == [True] * 3
-    assert "1 trials fit no node" in out.stdout and "mxnet runs on 1 of the cluster's 2 nodes" in out.stdout
+    assert "1 trial fits no node" in out.stdout and "mxnet runs on 1 of the cluster's 2 nodes" in out.stdout
     run_dir = store.run_dirs(results, "broken")[-1]
     summary = pd.read_parquet(run_dir / "trials").set_index(["framework", "nodes", "seed"]).sort_index()
     epochs = pd.read_parquet(run_dir / "epochs")

@@ -16,9 +16,9 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from trainables.data import DataError
 
@@ -186,9 +186,10 @@ def normalize(pixels: np.ndarray, layout: str = "NCHW") -> np.ndarray:
 _skip_logged = False
 
 
-def decode(path: str) -> Image.Image | None:
+def decode(path: str) -> Any:
     """The file as an RGB image (CMYK, grayscale and a PNG under a .JPEG name included); None where it cannot
     be decoded, said once per process (a pipeline counts them: images_skipped)."""
+    from PIL import Image  # here, not at import: a framework's own environment may have no Pillow
     global _skip_logged
     try:
         with Image.open(path) as image:
@@ -204,6 +205,7 @@ def decode(path: str) -> Image.Image | None:
 
 def train_pixels(path: str, image_size: int, rng: np.random.Generator) -> np.ndarray | None:
     """One training image: random-resized crop to image_size x image_size, random flip; uint8 HWC, or None."""
+    from PIL import Image  # here, not at import: a framework's own environment may have no Pillow
     image = decode(path)
     if image is None:
         return None
@@ -216,6 +218,7 @@ def train_pixels(path: str, image_size: int, rng: np.random.Generator) -> np.nda
 
 def val_pixels(path: str, image_size: int) -> np.ndarray | None:
     """One validation image: shorter side to image_size / 0.875, centre crop image_size; uint8 HWC, or None."""
+    from PIL import Image  # here, not at import: a framework's own environment may have no Pillow
     image = decode(path)
     if image is None:
         return None
