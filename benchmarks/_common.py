@@ -122,7 +122,7 @@ def torch_peer_command(config: dict[str, Any], device: str = "cpu", layout: str 
     cfg = TrialConfig.from_dict({"lr": 0.1, **config})
     if cfg.nodes != 1 or cfg.steps_per_epoch is None or cfg.data != "synthetic":
         raise ValueError("the PyTorch peer runs one node, synthetic data and a fixed steps_per_epoch")
-    threads = max(1, cfg.cpus // cfg.num_gpus)
+    threads = cfg.cpus_per_process  # one node: num_gpus processes
     compiled = bool(getattr(cfg, "compile", getattr(cfg, "xla", False)))
     cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={cfg.num_gpus}", str(TORCH_PEER),
            "--model", cfg.model, "--image-size", str(cfg.image_size or zoo.default_image_size(cfg.model)),

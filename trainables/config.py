@@ -128,12 +128,15 @@ class TrialConfig:
         return self.cpus_per_gpu * self.gpus_per_node if self.cpus_per_gpu else 1
 
     @property
+    def cpus_per_process(self) -> int:
+        """The trial's CPUs on a node shared by its GPUs: each GPU's process's share (PyTorch's threads)."""
+        return max(1, self.cpus // self.gpus_per_node)
+
+    @property
     def input_workers(self) -> int:
         """Worker processes decoding images for each GPU's process (data: imagenet): loader_workers, else the
-        trial's CPUs per GPU, so that a GPU's share of the node's cores decodes its images."""
-        if self.loader_workers is not None:
-            return self.loader_workers
-        return max(1, self.cpus // self.gpus_per_node)
+        process's share of the node's cores, so that a GPU's share decodes its images."""
+        return self.loader_workers if self.loader_workers is not None else self.cpus_per_process
 
     @property
     def distributed(self) -> bool:

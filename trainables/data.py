@@ -135,9 +135,9 @@ def load_cifar10(data_dir: str) -> Cifar10:
     )
 
 
-def normalize(images: np.ndarray, layout: str) -> np.ndarray:
-    """uint8 NHWC -> float32 in `layout` (NHWC or NCHW), per-channel normalised."""
-    out = (images.astype(np.float32) * (1.0 / 255.0) - MEAN) / STD
+def normalize(images: np.ndarray, layout: str, mean: np.ndarray = MEAN, std: np.ndarray = STD) -> np.ndarray:
+    """uint8 NHWC -> float32 in `layout` (NHWC or NCHW), per channel by the set's mean and std (CIFAR-10's)."""
+    out = (images.astype(np.float32) * (1.0 / 255.0) - mean) / std
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2)) if layout == "NCHW" else out
 
 

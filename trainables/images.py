@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from trainables import data
 from trainables.data import DataError
 
 FOLDER = "imagenet"
@@ -179,8 +180,7 @@ def center_crop_box(width: int, height: int, size: int) -> tuple[int, int, int, 
 
 def normalize(pixels: np.ndarray, layout: str = "NCHW") -> np.ndarray:
     """uint8 HWC -> float32 CHW (or HWC for layout NHWC), per channel by ImageNet's mean and std."""
-    out = (pixels.astype(np.float32) * (1.0 / 255.0) - MEAN) / STD
-    return np.ascontiguousarray(out.transpose(2, 0, 1)) if layout == "NCHW" else out
+    return data.normalize(pixels[None], layout, MEAN, STD)[0]
 
 
 _skip_logged = False

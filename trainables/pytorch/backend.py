@@ -103,7 +103,7 @@ class Backend:
             raise ValueError(f"a PyTorch process drives one GPU, not {devices.count}")
         self.on_gpu = devices.kind == "gpu"
         self.device = torch.device("cuda", 0) if self.on_gpu else torch.device("cpu")  # its one visible GPU
-        threads = max(1, cfg.cpus // cfg.gpus_per_node)  # the node's CPUs, shared by its GPUs' processes
+        threads = cfg.cpus_per_process  # the node's CPUs, shared by its GPUs' processes
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)  # what the rows' `threads` reads
         if self.on_gpu:
