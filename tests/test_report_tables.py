@@ -123,3 +123,13 @@ def test_compared_throughput_marks_each_ratio_with_its_verdict() -> None:
     assert table.marks.loc[("efficiency", 2), group] == compare.NO_STDERR  # no efficiency stderr given here
     text = report.render_text(table)
     assert "1.67x beyond noise" in text and "1.00x within noise" in text
+
+
+def test_trials_that_differ_in_their_loader_workers_are_not_pooled_into_one_cell() -> None:
+    """The input pipeline's workers change how fast a step gets its images (data: imagenet): 1 and 4 workers are two
+    throughput cells, each named by its workers, never one cell averaging them as if they differed in nothing."""
+    frame = cells([("pytorch", 64, "bf16", False, 1, 300.0), ("pytorch", 64, "bf16", False, 1, 900.0)])
+    frame["loader_workers"] = [1, 4]
+    labels = figures.group_labels(frame, figures.SPEED_KEY)
+    assert labels.nunique() == 2 and labels.str.contains("loader_workers=1").iloc[0]
+    assert list(figures.in_speed_order(frame.iloc[::-1], then=[])["loader_workers"]) == [1, 4]

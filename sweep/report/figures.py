@@ -16,8 +16,9 @@ USABLE = tuple(s.value for s in Status if s.done)
 # A throughput cell: trials that differ in nothing that changes the speed of a step (lr and its
 # schedule do not). Speedup and efficiency compare against the 1-GPU cell of the same key.
 # Precision and the compiler change a step's speed most of all: fp16 rows are never pooled with fp32 rows.
+# The input pipeline's workers (data: imagenet) decide how fast images arrive: a speed setting too.
 SPEED_KEY = ["framework", "model", "batch_per_gpu", "data_kind", "image_size", "kvstore", "variable_update", "cpus_per_trial",
-             "precision", "compile"]
+             "loader_workers", "precision", "compile"]
 # A trial group: trials that differ in the GPU count only (the linear rule's lr follows the GPUs).
 GROUP_KEY = SPEED_KEY + ["lr_setting", "warmup_epochs", "epochs", "steps_per_epoch", "val_examples",
                          "warmup_steps", "lr_decay", "momentum", "weight_decay", "seed"]
@@ -109,7 +110,7 @@ def _filled_data_kind(trials: pd.DataFrame) -> pd.Series:
 # The order of every table's groups, whatever order the store read the rows in: the speed key's parts in
 # this order, a precision as PRECISIONS lists it (fp32, tf32, fp16, bf16), the compiled ones after them all.
 ORDER = ["framework", "model", "batch_per_gpu", "data_kind", "compile", "precision", "image_size", "kvstore",
-         "variable_update", "cpus_per_trial"]
+         "variable_update", "cpus_per_trial", "loader_workers"]
 
 
 def in_speed_order(frame: pd.DataFrame, then: list[str]) -> pd.DataFrame:
