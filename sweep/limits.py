@@ -80,12 +80,23 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def known_names(given: object, known: Iterable[str]) -> str:
+MAX_LISTED = 160  # characters of names a message lists before it names where the whole list is
+
+
+def known_names(given: object, known: Iterable[str], listed_in: str = "") -> str:
     """What a message about an unknown name adds: the known names closest to it (a typo's fix) where some are
-    close, else all of them; one short line either way."""
+    close, else all of them, or as many as MAX_LISTED characters hold and where the rest are listed (a list
+    grows with every setting added; the message must stay one short line whatever its path adds)."""
     known = sorted(known)
     close = difflib.get_close_matches(str(given), known, n=3)
-    return f"did you mean {' or '.join(close)}?" if close else f"expected one of {', '.join(known)}"
+    if close:
+        return f"did you mean {' or '.join(close)}?"
+    if len(", ".join(known)) <= MAX_LISTED or not listed_in:
+        return f"expected one of {', '.join(known)}"
+    shown_names = []
+    while len(", ".join(shown_names + known[len(shown_names):len(shown_names) + 1])) <= MAX_LISTED:
+        shown_names.append(known[len(shown_names)])
+    return f"expected one of {', '.join(shown_names)}, ... ({len(known)} in all: {listed_in})"
 
 
 def count(n: float, thing: str) -> str:

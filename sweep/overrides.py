@@ -38,7 +38,7 @@ def parse(texts: list[str] | None) -> dict[str, Any]:
             raise SpecError(f"--set {text}: {key} is set twice")
         if key not in settings.CHECKS:
             hint = " (set by the engine)" if key in settings.DERIVED else ""
-            raise SpecError(f"--set {text}: unknown setting '{key}'{hint} ({limits.known_names(key, settings.CHECKS)})")
+            raise SpecError(f"--set {text}: unknown setting '{key}'{hint} ({limits.known_names(key, settings.CHECKS, settings.LISTED_IN)})")
         try:
             value = spec.yaml_value(raw)
         except yaml.YAMLError as e:

@@ -84,6 +84,7 @@ SEARCH_CHECKS: dict[str, Callable[[Any], str | None]] = {
 }
 assert set(SEARCH_CHECKS) == set(batch_search.DEFAULTS), "every setting of a search needs a check and a default"
 
+LISTED_IN = "docs/sweep-files.md"  # where a message about an unknown setting sends the reader for all of them
 CHECKS: dict[str, Callable[[Any], str | None]] = {
     "framework": _choice(FRAMEWORKS),
     "model": _model,

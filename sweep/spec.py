@@ -32,7 +32,7 @@ from sweep.batch_search import Search
 from sweep.environments import Environment
 from sweep.errors import SpecError
 from sweep.limits import quote, shown
-from sweep.settings import CHECKS, DERIVED, REQUIRED, SEARCH_CHECKS, integer, number, renamed
+from sweep.settings import CHECKS, DERIVED, LISTED_IN, REQUIRED, SEARCH_CHECKS, integer, number, renamed
 from trainables.config import RENAMED, TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -270,7 +270,7 @@ def _check_top(where: str, raw: dict[str, Any]) -> None:
 def _check_value(where: str, field: str, key: str, value: Any) -> None:
     if key not in CHECKS:
         hint = " (set by the engine)" if key in DERIVED else ""
-        raise SpecError(f"{where}: {field}: unknown setting {quote(key)}{hint} ({limits.known_names(key, CHECKS)})")
+        raise SpecError(f"{where}: {field}: unknown setting {quote(key)}{hint} ({limits.known_names(key, CHECKS, LISTED_IN)})")
     expected = CHECKS[key](value)
     if expected:
         raise SpecError(f"{where}: {field}: expected {expected}, got {quote(value)}")

@@ -346,6 +346,21 @@ def test_a_typo_in_a_key_is_answered_with_the_names_close_to_it(tmp_path: Path) 
         spec.load(str(path))
 
 
+def test_an_unknown_setting_far_from_all_is_a_short_line_naming_where_all_are_listed(tmp_path: Path) -> None:
+    """The settings grow with every issue; a message listing them all outgrew one short line in CI, whose paths are
+    longer than here. It lists what fits and names the page that lists every one (which must)."""
+    from sweep import settings
+
+    path = tmp_path / ("a" * 120) / "far.yaml"
+    path.parent.mkdir()
+    path.write_text(GOOD.replace("lr: 0.1", "lr: 0.1, " + "q" * 300 + ": 1"))
+    with pytest.raises(SpecError) as err:
+        spec.load(str(path))
+    assert len(str(err.value)) < 600 - len("error: ") and str(err.value).endswith(f"in all: {settings.LISTED_IN}))")
+    page = (Path(__file__).parents[1] / settings.LISTED_IN).read_text()
+    assert [name for name in settings.CHECKS if name not in page] == []
+
+
 def test_set_takes_xla_as_compiles_old_name() -> None:
     from sweep import overrides
     from sweep.errors import SpecError
