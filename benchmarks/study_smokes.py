@@ -2,7 +2,9 @@
 
 Each sweep runs through the real CLI (`python -m sweep NAME --scale smoke`), all of them joined to one
 local Ray (one node, 4 emulated GPUs, this machine's CPUs: what `run` starts here, started once), on a
-CIFAR-10 set in its on-disk format (tests/cifar_files.py, no download). A sweep passes when each of its
+CIFAR-10 set in its on-disk format (tests/cifar_files.py, no download), beside a generated image folder packed as
+RecordIO and TFRecord (`data make imagenet-like`, `data pack imagenet`) for the sweeps with `data: imagenet`.
+A sweep passes when each of its
 smoke trials has a summary row `completed`, every framework it names ran, and its rows are sane (steady
 images/s > 0, val_acc on real data only, one parameter count per model and image size).
 
@@ -57,10 +59,21 @@ def problems(name: str, results: Path) -> list[str]:
         found.append("val_acc where the data was synthetic, or none where it was real")
     if not ((epochs.param_count > 0).all() and (epochs.images_per_sec > 0).all()):
         found.append("a row without parameters or images/s")
-    # One model at one image size is one architecture: every framework reports the same parameter count.
-    if not (epochs.groupby(["model", "image_size"]).param_count.nunique() == 1).all():
+    # One model at one image size is one architecture: every framework reports the same parameter count (for the same
+    # data: an image folder's classes size the output layer, the generated one here has 4, CIFAR-10 and synthetic 10).
+    if not (epochs.groupby(["model", "image_size", "data_kind"]).param_count.nunique() == 1).all():
         found.append("frameworks disagree on a model's parameter count")
     return found
+
+
+def add_image_folder(data: Path) -> None:
+    """A small generated ImageNet-layout set in `data`, and its packed forms, made with the CLI as a user makes them."""
+    from sweep import imagenet_like
+
+    imagenet_like.make_imagenet_like(data, classes=4, per_class=16, val_per_class=4, quiet=True)
+    for fmt in ("recordio", "tfrecord"):
+        subprocess.run([sys.executable, "-m", "sweep", "data", "pack", "imagenet", "--format", fmt, "--data-dir", str(data)],
+                       cwd=ROOT, check=True, capture_output=True, timeout=600)
 
 
 def run_smoke(name: str, address: str, results: Path, data: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -84,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_for_nodes()
         with tempfile.TemporaryDirectory() as tmp:
             data = write_cifar10(Path(tmp) / "data", train_per_file=40, test=64)
+            if any(t.data == "imagenet" for name in args.sweeps.split(",") for t in spec.load(name).trials("smoke")):
+                add_image_folder(data)
             for name in args.sweeps.split(","):
                 start = time.time()
                 out = run_smoke(name, cluster.address, Path(tmp) / "results", data)

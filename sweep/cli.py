@@ -1,5 +1,6 @@
 """python -m sweep: list | show NAME | plan NAME | [run] NAME|PATH.yaml [options] | status NAME | runs [NAME] |
-rm NAME RUN_ID | report NAME|RUN_DIR | data fetch cifar10 | data make imagenet-like | env create FRAMEWORK | env list.
+rm NAME RUN_ID | report NAME|RUN_DIR | data fetch cifar10 | data make imagenet-like |
+data pack imagenet | env create FRAMEWORK | env list.
 
 Exit codes: EXIT_CODES below (`--help` lists them). The driver never imports MXNet or TensorFlow.
 """
@@ -17,6 +18,8 @@ from trainables.config import FRAMEWORKS, TrialConfig, uses
 
 COMMANDS = ("list", "show", "plan", "run", "report", "status", "runs", "rm", "data", "env")
 RESULTS_HELP = "results root: a folder, or a pyarrow filesystem URI such as s3://bucket/prefix (default: results/)"
+CODE_HELP = ("a folder of your models' modules (model: MODULE:FUNCTION), put on the trials' import path and shipped "
+             "to every node; naming a module runs it (docs/models.md)")
 SET_HELP = ("override a trial setting for every trial, written as in a sweep file (--set lr=0.1 --set epochs=2); "
             "repeatable; checked like the file, recorded in run.json")
 EXIT_CODES = {
@@ -47,10 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--scale", choices=spec.SCALES, default=None, help="default: both scales' counts, the full table")
     show.add_argument("--max-trials", **max_trials)
     show.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    show.add_argument("--code", metavar="DIR", help=CODE_HELP)
     plan = sub.add_parser("plan", help="the trials, the nodes they fit, estimated makespan and GPU-hours; runs nothing")
     plan.add_argument("sweep", help="sweep name or path to a .yaml file")
     plan.add_argument("--scale", choices=spec.SCALES, help="default: as run chooses it (smoke where GPUs are emulated)")
     plan.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    plan.add_argument("--code", metavar="DIR", help=CODE_HELP)
     plan.add_argument("--address", help="plan for this Ray cluster's nodes (default: $RAY_ADDRESS, else the embedded Ray run would start)")
     plan.add_argument("--emulate-gpus", type=int, metavar="N", help="as run's: the embedded Ray's fake GPUs")
     plan.add_argument("--emulate-gpu-memory", metavar="SIZE", help="as run's: each emulated GPU's memory (2GiB)")
@@ -95,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-failed", action="store_true", help="with --resume: run failed and OOM trials again")
     run.add_argument("--force", action="store_true", help="with --resume: resume although the sweep file or --set changed")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    run.add_argument("--code", metavar="DIR", help=CODE_HELP)
     run.add_argument("--max-trials", **max_trials)
     status = sub.add_parser("status", help="trials done, interrupted, failed and pending in the latest run (or --run)")
     status.add_argument("sweep", help="sweep name or path to a .yaml file")
@@ -115,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--against", metavar="RUN_B", help="compare with this run: every number as B/A")
     report.add_argument("--target-acc", type=float, metavar="X", help="accuracy target (default: the sweep file's)")
     report.add_argument("--results", default="results", help="results root for a sweep name: a folder or a filesystem URI (default: results/)")
-    data = sub.add_parser("data", help="data sets: data fetch cifar10, data make imagenet-like")
+    data = sub.add_parser("data", help="data sets: data fetch cifar10, data make imagenet-like, data pack imagenet")
     data_sub = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
     fetch = data_sub.add_parser("fetch", help="download CIFAR-10, verify it and unpack it where `run` reads it")
     fetch.add_argument("dataset", choices=["cifar10"])
@@ -134,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--seed", type=int, default=0, help="the same seed makes the same files (default 0)")
     make.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR") or "data",
                       help="where imagenet/ goes (default: $SWEEP_DATA_DIR, else data/, as for run)")
+    pack = data_sub.add_parser("pack", help="write an image folder's packed form once, beside it: TFRecord shards "
+                                            "(TensorFlow) or RecordIO (MXNet), checked and put in place whole")
+    pack.add_argument("dataset", choices=["imagenet"])
+    pack.add_argument("--format", required=True, choices=["tfrecord", "recordio"],
+                      help="tfrecord: tf_cnn_benchmarks' shards, read by tensorflow trials; recordio: im2rec's .rec/.idx, "
+                           "read by mxnet trials (docs/data.md)")
+    pack.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR") or "data",
+                      help="the folder holding imagenet/ (default: $SWEEP_DATA_DIR, else data/, as for run)")
     env = sub.add_parser("env", help="environments of their own for frameworks: env create mxnet [--gpu], env list")
     env_sub = env.add_subparsers(dest="env_command", required=True, parser_class=_Parser)
     create = env_sub.add_parser("create", help="a venv of this Python for the framework (MXNet with numpy < 2), "
@@ -187,9 +201,10 @@ def _fmt(value: Any) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from sweep import overrides
+    from sweep import environments, overrides
 
     sweep = overrides.apply(spec.load(args.sweep, args.max_trials), overrides.parse(args.set))
+    code = environments.code_folder(args.code)
     scales = [args.scale] if args.scale else list(spec.SCALES)
     shown = {scale: overrides.trials(sweep, scale) for scale in scales}  # every scale checked before anything is printed
     print(f"{sweep.name}: {sweep.description}")
@@ -197,6 +212,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"reproduces: {sweep.study}")
     if sweep.overrides:
         print(f"with {overrides.options(sweep.overrides)}")
+    for line in environments.model_sources([t.model for trials in shown.values() for t in trials], code):
+        print(line)
     for scale, trials in shown.items():
         print(f"\nscale {scale}: {len(trials)} trial{'' if len(trials) == 1 else 's'}")
         for line in trial_table(trials) if trials else []:
@@ -226,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             val = args.val_per_class if args.val_per_class is not None else max(1, args.per_class // 5)
             make_imagenet_like(args.data_dir, args.classes, args.per_class, val, args.seed)
             return 0
+        if args.command == "data" and args.data_command == "pack":  # `data pack imagenet --format ...`
+            from sweep.data_pack import cmd_pack
+            return cmd_pack(args.data_dir, args.format)
         if args.command == "data":  # `data fetch cifar10`, the one data set there is
             from sweep.datasets import fetch_cifar10, source
             fetch_cifar10(args.data_dir, source(args.url, args.checksum))

@@ -54,6 +54,7 @@ class Launch:
     run_id: str  # the resumed run's, or the new run's (its folder is made only once every check passed)
     searches: list[Search] = field(default_factory=list)  # batch_per_gpu: max, one per configuration (sweep/max_batch.py)
     capacity_mib: float | None = None  # --emulate-gpu-memory: each emulated device's memory; None: not limited
+    code: str | None = None  # --code DIR: the folder of the models' code, shipped to every node (Ray's working_dir)
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -65,9 +66,11 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     gcs.outlast_ray(joined=launch.address is not None)
     # An embedded Ray runs on this machine: its frameworks' checks need no Ray, and run while it starts.
     here = checks.start_here(sorted({t.framework for t in launch.trials}), launch.environments,
-                             bool(launch.emulated)) if launch.address is None else {}
+                             bool(launch.emulated), checks.named_models(launch.trials),
+                             launch.code) if launch.address is None else {}
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
-                                job_name=launch.sweep.name, nodes=launch.nodes, emulated=bool(launch.emulated))
+                                job_name=launch.sweep.name, nodes=launch.nodes, emulated=bool(launch.emulated),
+                                code=launch.code)
     opened = threading.Event()  # set once the run's folder exists: then a loss has a run to resume
     # A joined cluster's GCS may come back within Ray's own minute (fault tolerance); an embedded one never does.
     gone, silent = (gcs.joined_grace(),) * 2 if launch.address else (gcs.EMBEDDED_GONE_S, gcs.EMBEDDED_SILENT_S)
@@ -89,7 +92,8 @@ def _lost(args: argparse.Namespace, launch: Launch, opened: threading.Event, why
     where = "its head node or GCS" if launch.address else "the embedded Ray's GCS"
     if opened.is_set():
         gcs.exit_lost(f"lost the Ray cluster mid-run ({where}: {why}); the rows written so far are kept",
-                      "resume with: " + resume_command(args.sweep, launch.run_id, launch.sweep.overrides, args.results))
+                      "resume with: " + resume_command(args.sweep, launch.run_id, launch.sweep.overrides, args.results,
+                                                       launch.code))
     gcs.exit_lost(f"lost the Ray cluster before the run started ({where}: {why}); nothing was written", None)
 
 
@@ -98,6 +102,7 @@ def prepare(args: argparse.Namespace) -> Launch:
     from trainables import environment
 
     sweep = overrides.apply(spec.load(args.sweep, args.max_trials), overrides.parse(args.set))
+    code = environments.code_folder(args.code)
     results = results_location(args.results)
     address = args.address or os.environ.get("RAY_ADDRESS")
     if address and args.emulate_gpus:
@@ -148,7 +153,7 @@ def prepare(args: argparse.Namespace) -> Launch:
     reach(results, args.results, write=True)  # after every other check, before Ray starts
     run_id = resumed.meta.run_id if resumed else store.new_run_id()
     return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node,
-                  envs, run_id, searches, capacity)
+                  envs, run_id, searches, capacity, code)
 
 
 def _capacity(args: argparse.Namespace, emulated: bool | None, resumed: RunState | None) -> float | None:
@@ -258,7 +263,10 @@ def _data_dir(args: argparse.Namespace, sweep: Sweep, trials: list[TrialConfig],
         resumed.meta.data_dir if resumed else str(Path("data").resolve()))
     if any(t.data == "imagenet" for t in trials):
         from trainables import images
-        images.scan(data_dir)  # a missing or unusable image folder fails the run here, in one line, not every trial
+        folder = images.scan(data_dir)  # a missing or unusable image folder fails the run here, in one line, not every trial
+        for fmt in sorted({images.READS_PACKED[t.framework] for t in trials
+                           if t.data == "imagenet" and t.framework in images.READS_PACKED}):
+            images.require_packed(folder, fmt)  # a framework that reads a packed form only: packed, of these classes
     if not any(t.data == "cifar10" for t in trials):
         return data_dir
     if data.has_cifar10(data_dir):
@@ -321,9 +329,13 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
         # Each framework on each node, in its environment, before any trial: where it can run at all.
         started = time.time()
         found = checks.run(cluster.nodes, sorted({t.framework for t in trials}), launch.environments,
-                           environments.code_root(), launch.emulated, here)
+                           environments.code_root(), launch.emulated, here, checks.named_models(trials))
         if found:  # (a check started before Ray may have taken longer than the wait for it)
             print(checks.table(found, launch.environments, max(time.time() - started, *(c.seconds or 0 for c in found))))
+    if refusal := checks.gpu_decode_refusal(trials, found):
+        raise UsageError(refusal)
+    if refusal := checks.model_refusal(found):  # a model the loop cannot train: before any trial
+        raise UsageError(refusal)
     bad = checks.unplaceable(trials, cluster.nodes, found)
     if bad:  # Ray would leave these pending for ever, without a word: say so before anything runs
         print(_infeasible_table([t for t in trials if t.trial_id in bad], cluster.nodes, bad))
@@ -365,7 +377,7 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
     if comparison := estimates.compare(run.meta, run.trial_rows()):
         print(comparison.line())
     if state.unfinished:
-        print("resume with: " + resume_command(args.sweep, meta.run_id, meta.overrides, args.results))
+        print("resume with: " + resume_command(args.sweep, meta.run_id, meta.overrides, args.results, launch.code))
     if stopped_by:
         return 128 + stopped_by  # the shell's code for a signal: 130 after Ctrl-C, 143 after SIGTERM
     return 1 if not_ok or state.unfinished else 0

@@ -50,6 +50,7 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
     "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
     "variable_update": pa.string(), "precision": pa.string(), "compile": pa.bool_(), "cpus_per_gpu": pa.int64(),
     "max_batch_probe": pa.string(), "memory_capacity_mib": pa.float64(), "loader_workers": pa.int64(),
+    "decode": pa.string(),
 }
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
 ENV_COLUMNS: dict[str, pa.DataType] = {
@@ -89,6 +90,12 @@ EPOCH_SCHEMA = pa.schema({
     # data: imagenet: images that could not be decoded (replaced by others of the shard), and the time the
     # epoch's steps waited for the input pipeline's next batch (null in rows of older runs).
     "images_skipped": pa.int64(), "input_wait_s": pa.float64(),
+    # What the pipeline read (jpeg, tfrecord, recordio), and its images/s alone (no model, no copy to the device),
+    # measured once before training (null for synthetic data and in-memory CIFAR-10, and in rows of older runs).
+    "data_format": pa.string(), "input_images_per_sec": pa.float64(),
+    # The share of the timed steps' time (warm-up steps excluded, as in steady_images_per_sec) that they waited for
+    # their batch: above 5%, the report marks the input as what bound the step (null for synthetic data).
+    "steady_input_wait_share": pa.float64(),
     "epoch_time_s": pa.float64(), "val_time_s": pa.float64(), "images_per_sec": pa.float64(),
     "steady_images_per_sec": pa.float64(), "steady_images_per_sec_stderr": pa.float64(),
     "steady_jitter": pa.float64(), "steady_steps": pa.int64(),
@@ -104,7 +111,8 @@ TRIAL_SCHEMA = pa.schema({
     "sweep": pa.string(), "run_id": pa.string(), "trial_id": pa.string(), "status": pa.string(),
     "scale": pa.string(),
     **CONFIG_COLUMNS,
-    "data_kind": pa.string(), "error_type": pa.string(), "error": pa.string(), "error_class": pa.string(),
+    "data_kind": pa.string(), "data_format": pa.string(),
+    "error_type": pa.string(), "error": pa.string(), "error_class": pa.string(),
     "started_at": pa.float64(), "ended_at": pa.float64(), "wall_time_s": pa.float64(),
     "attempts": pa.int64(), "gpu_hours": pa.float64(), "epochs_done": pa.int64(),
     "best_val_acc": pa.float64(), "final_val_acc": pa.float64(), "final_train_acc": pa.float64(),

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from sweep import batch_search, limits
 from trainables import zoo
-from trainables.config import DATA_KINDS, FRAMEWORKS, KVSTORES, PRECISIONS, RENAMED, VARIABLE_UPDATES, field_names
+from trainables.config import DATA_KINDS, DECODES, FRAMEWORKS, KVSTORES, PRECISIONS, RENAMED, VARIABLE_UPDATES, field_names
 
 
 def integer(lo: int, hi: int, allow_none: bool = False) -> Callable[[Any], str | None]:
@@ -51,7 +51,7 @@ def _bool(v: Any) -> str | None:
 
 
 def _model(v: Any) -> str | None:
-    return None if isinstance(v, str) and zoo.is_model(v) else "a model: " + zoo.model_names_help()
+    return None if isinstance(v, str) and zoo.is_known_form(v) else "a model: " + zoo.model_names_help()
 
 
 def _epoch_list(v: Any) -> str | None:
@@ -113,6 +113,7 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "precision": _choice(PRECISIONS),
     "compile": _bool,
     "loader_workers": _setting_int("loader_workers", 0, allow_none=True),
+    "decode": _choice(DECODES),
     **SEARCH_CHECKS,
 }
 # Set by the engine, never by a sweep file.

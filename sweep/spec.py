@@ -33,6 +33,7 @@ from sweep.environments import Environment
 from sweep.errors import SpecError
 from sweep.limits import quote, shown
 from sweep.settings import CHECKS, DERIVED, LISTED_IN, REQUIRED, SEARCH_CHECKS, integer, number, renamed
+from trainables import zoo
 from trainables.config import RENAMED, TrialConfig, field_names
 
 SPEC_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -459,6 +460,9 @@ def _resolve(where: str, scale: str, values: dict[str, Any]) -> TrialConfig:
     return TrialConfig.from_dict(_resolved_values(where, scale, values))
 
 
+IMAGE_FOLDER_FRAMEWORKS = ("pytorch", "mxnet", "tensorflow")  # those with an input pipeline for data: imagenet (trainables/*/input.py)
+
+
 def _resolved_values(where: str, scale: str, values: dict[str, Any]) -> dict[str, Any]:
     """A trial's settings with defaults and derived values filled in, checked as a whole."""
     missing = [k for k in REQUIRED if k not in values]
@@ -478,8 +482,14 @@ def _resolved_values(where: str, scale: str, values: dict[str, Any]) -> dict[str
     if values["framework"] == "mxnet" and values.get("compile", False):
         raise SpecError(f"{where}: compile: MXNet has no graph compiler (its graphs are fused by hybridize, "
                         f"which every MXNet trial does): set compile false for MXNet trials")
-    if values.get("data") == "imagenet" and values["framework"] != "pytorch":  # until their input pipelines exist
-        raise SpecError(f"{where}: data: imagenet runs in pytorch only so far, not in {values['framework']}")
+    if values.get("decode", "cpu") == "gpu" and values["framework"] != "pytorch":
+        raise SpecError(f"{where}: decode: gpu decodes JPEGs with nvJPEG through torchvision, in pytorch trials only; "
+                        f"{values['framework']} decodes on the CPU (decode: cpu)")
+    if problem := zoo.model_framework_problem(values["model"], values["framework"]):
+        raise SpecError(f"{where}: model: {problem}")
+    if values.get("data") == "imagenet" and values["framework"] not in IMAGE_FOLDER_FRAMEWORKS:  # until its pipeline exists
+        raise SpecError(f"{where}: data: imagenet runs in {', '.join(IMAGE_FOLDER_FRAMEWORKS)} only so far, "
+                        f"not in {values['framework']}")
     return values
 
 

@@ -390,7 +390,7 @@ def summarize(trial_id: str, config: TrialConfig, epochs: list[dict[str, Any]], 
         return row
     last = epochs[-1]
     row.update({k: last.get(k) for k in (*ENV_COLUMNS, *PRECISION_COLUMNS) if last.get(k) is not None})
-    row["data_kind"] = last.get("data_kind")
+    row["data_kind"], row["data_format"] = last.get("data_kind"), last.get("data_format")
     if last.get("val_examples") is not None:  # the images scored, as the epoch rows record them
         row["val_examples"] = last["val_examples"]
     accs = [e["val_acc"] for e in epochs if e.get("val_acc") is not None]

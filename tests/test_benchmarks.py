@@ -60,7 +60,8 @@ def test_packing_benchmark_trials_are_engine_trials() -> None:
 @pytest.mark.parametrize("script", ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makespan.py",
                                     "estimates.py", "soak.py", "gpu_yardsticks.py", "learnability.py",
                                     "cifar10_conv_collapse.py", "gpu_torch_yardsticks.py", "torch_ddp_peer.py",
-                                    "input_pipeline.py", "max_batch.py", "torch_step_ab.py", "cpu_share.py"])
+                                    "input_pipeline.py", "max_batch.py", "torch_step_ab.py", "cpu_share.py",
+                                    "mxnet_record_loader.py", "imagenet_loader.py", "tf_imagenet_loader.py"])
 def test_script_help(script: str) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

@@ -6,7 +6,8 @@ from its own layer or those below it, never above:
 
   entry          sweep.__main__, sweep.cli
   commands       sweep.launch (run), sweep.runs (status), sweep.plan (plan), sweep.manage (runs, rm), sweep.report.* (report),
-                 sweep.venvs (env), sweep.max_batch (run's largest-batch searches)
+                 sweep.venvs (env), sweep.max_batch (run's largest-batch searches),
+                 sweep.data_pack (data pack)
   driver         sweep.runner, sweep.console, sweep.dashboard, sweep.cluster, sweep.packing, sweep.estimates,
                  sweep.spec, sweep.settings, sweep.overrides, sweep.datasets, sweep.download, sweep.checks, sweep.gcs,
                  sweep.batch_search
@@ -32,7 +33,7 @@ from conftest import ROOT
 LAYERS = [
     ("entry", {"sweep.__main__", "sweep.cli"}),
     ("commands", {"sweep.launch", "sweep.runs", "sweep.plan", "sweep.manage", "sweep.report", "sweep.venvs",
-                  "sweep.max_batch"}),
+                  "sweep.max_batch", "sweep.data_pack"}),
     ("driver", {"sweep.runner", "sweep.console", "sweep.dashboard", "sweep.cluster", "sweep.packing", "sweep.estimates",
                 "sweep.spec", "sweep.settings", "sweep.overrides", "sweep.datasets", "sweep.imagenet_like", "sweep.download", "sweep.checks", "sweep.gcs",
                 "sweep.batch_search"}),

@@ -23,10 +23,13 @@ VARIABLE_UPDATES = ("replicated", "parameter_server")  # TensorFlow, as tf_cnn_b
 # "fp32" turns TF32 off. "fp16" and "bf16" are mixed precision: fp32 variables, 16-bit compute; fp16
 # with dynamic loss scaling.
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# Where data: imagenet's JPEGs are decoded: by the input workers on the CPU, or batched on the trial's GPU (nvJPEG,
+# through torchvision.io.decode_jpeg: PyTorch only, where torchvision imports; trainables/pytorch/input.py).
+DECODES = ("cpu", "gpu")
 # Fields added after runs were stored, with the value those runs had: left out of the trial id while
 # they hold it, so that the id of every older trial stays what it was (resumes still match).
 ADDED_LATER = {"precision": "tf32", "xla": False, "max_batch_probe": None, "memory_capacity_mib": None,
-               "loader_workers": None}
+               "loader_workers": None, "decode": "cpu"}
 # Settings renamed after runs were stored: old name -> new. Sweep files, --set and stored configs may use
 # the old name; a trial id hashes the setting under its old name, so that the ids of older runs hold.
 RENAMED = {"xla": "compile"}
@@ -51,7 +54,7 @@ def ddp_timeout_s() -> float:
 FRAMEWORK_SETTINGS: dict[str, tuple[str, ...]] = {
     "mxnet": ("kvstore",),
     "tensorflow": ("variable_update", "compile"),
-    "pytorch": ("compile",),
+    "pytorch": ("compile", "decode"),
 }
 
 
@@ -103,6 +106,7 @@ class TrialConfig:
     memory_capacity_mib: float | None = None
     # Worker processes of the framework's input pipeline per GPU (data: imagenet): None, the trial's CPUs per GPU.
     loader_workers: int | None = None
+    decode: str = "cpu"  # DECODES: where data: imagenet's JPEGs are decoded
 
     def __post_init__(self) -> None:
         if self.gpus_per_node is None:  # a config made outside the spec loader (trainables.local, tests)
@@ -131,6 +135,13 @@ class TrialConfig:
     def cpus_per_process(self) -> int:
         """The trial's CPUs on a node shared by its GPUs: each GPU's process's share (PyTorch's threads)."""
         return max(1, self.cpus // self.gpus_per_node)
+
+    @property
+    def processes_per_node(self) -> int:
+        """What computes at once on each of its nodes: one per GPU (a DDP process in PyTorch, a device's op threads
+        in TensorFlow and MXNet). On emulated GPUs each wants a core of its own; with fewer cores they take turns,
+        and the trial takes longer than its GPUs suggest (the plan warns; estimates learn nothing from it)."""
+        return self.gpus_per_node
 
     @property
     def input_workers(self) -> int:

@@ -11,12 +11,13 @@ A trial's process imports this; it imports no framework and nothing of sweep/.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -122,6 +123,77 @@ def scan(data_dir: str | Path) -> ImageFolder:
     return ImageFolder(root, classes, train, val, (root / GENERATED).is_file())
 
 
+PACKED = "PACKED.json"  # a packed form's manifest (DATA_DIR/imagenet/FORMAT/), written last by `data pack imagenet`
+PACK_NAMES = {"recordio": "RecordIO", "tfrecord": "TFRecord"}
+READS_PACKED = {"mxnet": "recordio"}  # frameworks whose pipeline reads a packed form only: ImageRecordIter, RecordIO
+PACK_ORDER_SEED = 0  # the training records' one fixed order in every packed form
+
+
+def pack_folder(folder: Path, out: Path, fmt: str, write_split: Callable[[Split, np.ndarray, str, ImageFolder], dict]) -> dict:
+    """A pack of either format into `out`: the folder scanned; its training images written in one fixed shuffle (as
+    im2rec shuffles its list: a rank's contiguous block of a class-sorted file would hold a few classes only) and its
+    val images in order, each split by `write_split(split, order, split_name, folder)` -> {"records", "skipped": paths
+    relative to the folder's root}; then the manifest, last (its presence says the pack is whole). The manifest."""
+    if folder.name != FOLDER:
+        raise ImageFolderError(f"{folder}: expected a folder named {FOLDER} (DATA_DIR/{FOLDER})")
+    found = scan(folder.parent)
+    out.mkdir(parents=True, exist_ok=True)
+    splits = {"train": write_split(found.train, np.random.default_rng(PACK_ORDER_SEED).permutation(len(found.train.paths)),
+                                   "train", found),
+              "val": write_split(found.val, np.arange(len(found.val.paths)), "val", found)}
+    for name, entry in splits.items():
+        if entry["records"] == 0:
+            raise ImageFolderError(f"{found.root / name}: none of its images can be decoded")
+    manifest = {"format": fmt, "classes": list(found.classes), "splits": splits}
+    (out / PACKED).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def pack_main(argv: list[str] | None, framework: str, fmt: str, pack: Callable[[Path, Path], dict]) -> int:
+    """`python -m trainables.FRAMEWORK.pack --folder D/imagenet --out TMP`: run `pack`; bad input one line, exit 2."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m trainables.{framework}.pack",
+                                     description=f"pack an image folder (DATA_DIR/{FOLDER}) as {PACK_NAMES[fmt]}")
+    parser.add_argument("--folder", required=True, help=f"the image folder: DATA_DIR/{FOLDER}")
+    parser.add_argument("--out", required=True, help=f"the folder to write the packed splits and {PACKED} to")
+    args = parser.parse_args(argv)
+    try:
+        manifest = pack(Path(args.folder), Path(args.out))
+    except ImageFolderError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # an output folder that cannot be written
+        print(f"error: {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    counts = ", ".join(f"{name} {entry['records']} images ({len(entry['skipped'])} skipped)"
+                       for name, entry in manifest["splits"].items())
+    print(f"packed {args.folder} as {PACK_NAMES[fmt]} in {args.out}: {counts}")
+    return 0
+
+
+def pack_command(folder: ImageFolder, fmt: str) -> str:
+    return f"python -m sweep data pack imagenet --format {fmt} --data-dir {folder.root.parent}"
+
+
+def require_packed(folder: ImageFolder, fmt: str) -> dict:
+    """The manifest of the folder's packed form `fmt` (DATA_DIR/imagenet/FMT/PACKED.json), checked against the folder's
+    classes; an ImageFolderError naming the pack command where there is none or it is of other classes."""
+    path = folder.root / fmt / PACKED
+    if not path.is_file():
+        raise ImageFolderError(f"{folder.root}: not packed as {PACK_NAMES[fmt]}, which this framework reads: "
+                               f"{pack_command(folder, fmt)}")
+    try:
+        manifest = json.loads(path.read_text())
+        classes = tuple(manifest["classes"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ImageFolderError(f"{path}: cannot be read ({type(e).__name__}): {pack_command(folder, fmt)}") from None
+    if classes != folder.classes:
+        raise ImageFolderError(f"{path}: packed from other classes than {folder.root / 'train'} holds now "
+                               f"({len(classes)} against {len(folder.classes)}): pack again: {pack_command(folder, fmt)}")
+    return manifest
+
+
 def shard(count: int, seed: int, epoch: int, rank: int, world: int) -> np.ndarray:
     """This rank's indices into the epoch's files, as DistributedSampler(shuffle, drop_last) gives them: one
     shuffle per (seed, epoch), the remainder that does not divide by the ranks dropped, then every world-th
@@ -137,17 +209,28 @@ def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, index])
 
 
-def random_resized_crop_box(width: int, height: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
-    """(left, top, crop width, crop height) of torchvision's RandomResizedCrop: an area of 8-100% of the image at a
-    log-uniform aspect ratio in [3/4, 4/3], ten tries, then the centre crop at the nearest allowed ratio."""
+def crop_draws(rng: np.random.Generator) -> np.ndarray:
+    """The random numbers of one random-resized crop, drawn before the image's size is known: CROP_TRIES areas
+    (fractions), CROP_TRIES log aspect ratios, then the left and top positions as fractions of their room. A
+    fixed count (2 * CROP_TRIES + 2, float64), so that a pipeline that knows the size only inside its graph
+    (TensorFlow's) gets the same box from the same draws: crop_box(width, height, draws)."""
+    areas = rng.uniform(*CROP_SCALE, size=CROP_TRIES)
+    log_ratios = rng.uniform(math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1]), size=CROP_TRIES)
+    return np.concatenate([areas, log_ratios, rng.random(2)])
+
+
+def crop_box(width: int, height: int, draws: np.ndarray) -> tuple[int, int, int, int]:
+    """(left, top, crop width, crop height) of torchvision's RandomResizedCrop from crop_draws' numbers: an area of
+    8-100% of the image at a log-uniform aspect ratio in [3/4, 4/3], the first of ten tries that fits, then the
+    centre crop at the nearest allowed ratio. Pure arithmetic: trainables/tensorflow/input.py computes it in TF ops."""
     area = width * height
-    log_lo, log_hi = math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1])
-    for _ in range(CROP_TRIES):
-        target = area * rng.uniform(*CROP_SCALE)
-        ratio = math.exp(rng.uniform(log_lo, log_hi))
-        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))
+    for i in range(CROP_TRIES):
+        target, ratio = area * draws[i], math.exp(draws[CROP_TRIES + i])
+        w, h = round(math.sqrt(target * ratio)), round(math.sqrt(target / ratio))  # round half to even, as tf.round
         if 0 < w <= width and 0 < h <= height:
-            return int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1)), w, h
+            left = int(draws[2 * CROP_TRIES] * (width - w + 1))
+            top = int(draws[2 * CROP_TRIES + 1] * (height - h + 1))
+            return left, top, w, h
     in_ratio = width / height
     if in_ratio < CROP_RATIO[0]:
         w, h = width, round(width / CROP_RATIO[0])
@@ -156,6 +239,11 @@ def random_resized_crop_box(width: int, height: int, rng: np.random.Generator) -
     else:
         w, h = width, height
     return (width - w) // 2, (height - h) // 2, w, h
+
+
+def random_resized_crop_box(width: int, height: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """The crop box of an image of width x height for the draws of `rng` (crop_draws, then crop_box)."""
+    return crop_box(width, height, crop_draws(rng))
 
 
 def flips(rng: np.random.Generator) -> bool:

@@ -64,7 +64,7 @@ class Backend(Protocol):
     def eval_step(self, batch: Any) -> tuple[int, int]: ...  # (correct, images), synchronised
     def device_peak_mib(self) -> list[float] | None: ...  # one per device; None when emulated
     def precision_columns(self) -> dict[str, Any]: ...  # layout, tf32_allowed, loss_scale (sweep/schema.py)
-    def compute_dtype(self) -> str: ...  # what the last step's layers computed in: float32, bfloat16 or float16
+    def compute_dtype(self) -> str | None: ...  # what the last step's layers computed in, observed; None before one
     def save(self, path: str) -> None: ...
     def load(self, path: str) -> None: ...
 
@@ -81,7 +81,7 @@ def tf32_hardware(devices: Devices) -> bool | None:
     return None if found is None else int(found[1].removeprefix("sm_")) >= TF32_FROM_SM
 
 
-def computed_precision(dtype: str, tf32_allowed: bool, tf32_hardware: bool | None) -> str | None:
+def computed_precision(dtype: str | None, tf32_allowed: bool, tf32_hardware: bool | None) -> str | None:
     """What a trial's steps computed in, in the `precision` setting's names: the 16-bit dtype its layers computed
     in; else tf32 where TF32 was allowed on GPUs that have it, fp32 where it was not or they have none (a CPU:
     the setting `tf32` computes fp32 there). None where that is not known (a GPU the driver does not name)."""
@@ -154,6 +154,7 @@ def checkpoint_epoch(path: str) -> int | None:
 
 
 Report = Callable[[dict[str, Any], "str | None"], None]  # (metrics, checkpoint folder or None)
+MEASURE_BATCHES = 8  # batches of the pipeline's pass alone before training (input_images_per_sec): a second or so
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,11 @@ class TrialLoop:
         if self.folder:
             self.pipeline = importlib.import_module(f"trainables.{cfg.framework}.input").Pipeline(
                 cfg, self.folder, self.image_size, shard.rank, shard.count, self.batch, self.steps, devices.kind == "gpu")
+        # What was read, and how fast the pipeline alone delivers it, measured once before training (not in an
+        # epoch's time): a reader compares it with the steps' images/s per GPU to see whether the input kept up.
+        self.fixed["data_format"] = self.pipeline.data_format if self.pipeline else None
+        self.fixed["input_images_per_sec"] = (self.pipeline.measure(min(self.steps, MEASURE_BATCHES))
+                                              if self.pipeline else None)
         self.on_gpu = devices.kind == "gpu"
         self.tf32_hardware = tf32_hardware(devices)
 
@@ -232,7 +238,7 @@ class TrialLoop:
         timer.start_epoch()
         t0 = time.perf_counter()
         batches = iter(lambda: backend.synthetic(), None) if self.synthetic else self._waited(self._real_batches(epoch))
-        self.input_wait = 0.0
+        self.input_wait, self.waits = 0.0, []
         timer.start()
         for step, batch in zip(range(self.steps), batches):
             step_loss, step_correct, step_images = backend.train_step(batch, lr)
@@ -244,7 +250,10 @@ class TrialLoop:
         epoch_time = time.perf_counter() - t0
         diverged = not math.isfinite(loss_sum)
 
+        # Taken before validation, which counts its own undecodable images (self.val_skipped).
+        skipped = self.pipeline.take_skipped() if self.pipeline else None
         val_acc, t1 = None, time.perf_counter()
+        self.val_skipped, self.val_scored = 0, self.fixed.get("val_examples")
         if not self.synthetic and not diverged and self.shard.rank == 0:
             val_acc = self.validate()
 
@@ -265,9 +274,12 @@ class TrialLoop:
             "train_loss": loss_sum / seen if seen else None,
             "train_acc": None if self.synthetic else correct / seen,
             "input_wait_s": None if self.synthetic else self.input_wait,
-            # Read after validation, which replaces an undecodable image too.
-            "images_skipped": self.pipeline.take_skipped() if self.pipeline else None,
+            "steady_input_wait_share": self._steady_wait_share(timer.epoch_times()),
+            # Training's and validation's undecodable images.
+            "images_skipped": None if skipped is None else skipped + self.val_skipped,
             "val_acc": val_acc,
+            # The images validation scored (an undecodable one is not); synthetic data has no validation.
+            **({"val_examples": self.val_scored} if self.val_scored is not None else {}),
             "peak_device_mem_mib": backend.device_peak_mib(),
             "peak_host_rss_mib": host_peak_rss_mib(),
             "emulated_device_mem_mib": self.memory.per_device_mib() if self.memory else None,
@@ -283,25 +295,41 @@ class TrialLoop:
         }
 
     def _waited(self, batches: Any) -> Any:
-        """The batches, the time the loop waited for each added to self.input_wait (input_wait_s)."""
+        """The batches, the time the loop waited for each added to self.input_wait (input_wait_s) and kept, a step's
+        wait each, in self.waits."""
         batches = iter(batches)
         while True:
             t0 = time.perf_counter()
             batch = next(batches, None)
-            self.input_wait += time.perf_counter() - t0
+            waited = time.perf_counter() - t0
+            self.input_wait += waited
             if batch is None:
                 return
+            self.waits.append(waited)
             yield batch
 
+    def _steady_wait_share(self, timed: list[float]) -> float | None:
+        """The share of the timed steps' time (those steady images/s is of: warm-up steps excluded) that they waited
+        for their batch: what says whether the input bound the step, as the step's own rate is measured."""
+        if self.synthetic or not timed:
+            return None
+        return sum(self.waits[len(self.waits) - len(timed):]) / sum(timed)
+
     def _validate_folder(self) -> float:
-        """validate() over an image folder's val split, through the framework's pipeline."""
+        """validate() over an image folder's val split, through the framework's pipeline: each of the first
+        val_examples images scored once, but those that cannot be decoded, which are counted (images_skipped)."""
         hits, scored = 0, 0
-        expected = self.fixed["val_examples"]
-        for batch in self.pipeline.val(expected, self.backend.put_loaded):
+        limit = self.fixed["val_examples"]
+        for batch in self.pipeline.val(limit, self.backend.put_loaded):
             batch_hits, batch_scored = self.backend.eval_step(batch)
             hits, scored = hits + batch_hits, scored + batch_scored
+        self.val_skipped = self.pipeline.take_skipped()
+        expected = limit - self.val_skipped
         if scored != expected:
-            raise RuntimeError(f"validation scored {scored} images, not the {expected} it is for")
+            raise RuntimeError(f"validation scored {scored} images, not the {expected} decodable of the {limit} it is for")
+        if scored == 0:
+            raise images.ImageFolderError(f"none of the first {limit} validation images can be decoded")
+        self.val_scored = scored
         return hits / scored
 
     def validate(self) -> float:

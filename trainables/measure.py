@@ -170,4 +170,6 @@ def total_over_workers(rows: list[dict]) -> dict:
         # data: imagenet: every rank's undecodable images; the longest any rank's steps waited for their input.
         "images_skipped": total("images_skipped") if "images_skipped" in rows[0] else None,
         "input_wait_s": None if any(r.get("input_wait_s") is None for r in rows) else max(r["input_wait_s"] for r in rows),
+        "steady_input_wait_share": max((r["steady_input_wait_share"] for r in rows
+                                        if r.get("steady_input_wait_share") is not None), default=None),
     }

@@ -12,8 +12,8 @@ from sweep.limits import count
 from sweep.report.figures import FALLBACK, provenance, scaling, status_label, trial_figures
 from sweep.report.load import Run
 from sweep.store import RunStore
-from sweep.report.tables import (Table, framework_tables, lr_scaling_table, per_run_tables, precision_tables, ratio_tables, throughput_table,
-                                 time_to_accuracy, time_to_accuracy_table)
+from sweep.report.tables import (Table, framework_tables, lr_scaling_table, per_run_tables, precision_tables, ratio_tables,
+                                 synth_vs_real_tables, throughput_table, time_to_accuracy, time_to_accuracy_table)
 
 
 @dataclass
@@ -36,6 +36,11 @@ class Report:
         """The precision table (among the ratio tables), where the run varies precision or the compiler."""
         return next((t for t in self.ratios if t.name == "precision"), None)
 
+    @property
+    def synth_vs_real(self) -> Table | None:
+        """Synthetic beside real data (among the ratio tables), where the run has both."""
+        return next((t for t in self.ratios if t.name == "synth_vs_real"), None)
+
     def tables(self) -> list[Table]:
         return [self.throughput, *self.ratios, *self.per_run, *self.frameworks, self.lr_scaling,
                 *([self.time_to_accuracy] if self.time_to_accuracy else []), *([self.max_batch] if self.max_batch else [])]
@@ -57,8 +62,10 @@ def build_report(run: Run, target_acc: float | None = None) -> Report:
         "val_acc_vs_lr": plots.plot_val_acc_vs_lr(figures, run.emulated),
         "learning_curves": plots.plot_learning_curves(figures, run.epochs, run.emulated),
     }
-    # The ratio tables, and precision beside the GPU count where the run varies precision or compile.
-    return Report(run, figures, long, throughput_table(long, source), ratio_tables(long, source) + precision_tables(long, source),
+    # The ratio tables, precision beside the GPU count where the run varies precision or compile, and synthetic
+    # beside real data where it has both.
+    ratios = ratio_tables(long, source) + precision_tables(long, source) + synth_vs_real_tables(long, source)
+    return Report(run, figures, long, throughput_table(long, source), ratios,
                   per_run_tables(figures, run.label), framework_tables(figures, source), lr_scaling_table(figures, source),
                   tta, target, drawn, max_batch_table(run))
 

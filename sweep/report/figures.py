@@ -17,8 +17,9 @@ USABLE = tuple(s.value for s in Status if s.done)
 # schedule do not). Speedup and efficiency compare against the 1-GPU cell of the same key.
 # Precision and the compiler change a step's speed most of all: fp16 rows are never pooled with fp32 rows.
 # The input pipeline's workers (data: imagenet) decide how fast images arrive: a speed setting too.
+# So do what it reads (data_format: JPEG files, TFRecord, RecordIO) and where it decodes (decode: cpu or gpu).
 SPEED_KEY = ["framework", "model", "batch_per_gpu", "data_kind", "image_size", "kvstore", "variable_update", "cpus_per_trial",
-             "loader_workers", "precision", "compile"]
+             "loader_workers", "precision", "compile", "data_format", "decode"]
 # A trial group: trials that differ in the GPU count only (the linear rule's lr follows the GPUs).
 GROUP_KEY = SPEED_KEY + ["lr_setting", "warmup_epochs", "epochs", "steps_per_epoch", "val_examples",
                          "warmup_steps", "lr_decay", "momentum", "weight_decay", "seed"]
@@ -61,6 +62,11 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     fig["images_per_sec_stderr"] = [pooled.get(t, math.nan) if source == "steady" else math.nan
                                     for t, source in zip(fig["trial_id"], fig["images_per_sec_source"])]
     fig["training_time_s"] = fig["trial_id"].map(epoch_time_sum)
+    # The input pipeline (data: imagenet): the share of the timed steps' time they waited for a batch, and the
+    # pipeline's own images/s per process, measured before training (NaN where the rows have none).
+    shares = {trial: input_wait_share(rows) for trial, rows in by_trial}
+    fig["input_wait_share"] = [shares.get(t, math.nan) for t in fig["trial_id"]]
+    fig["input_images_per_sec"] = fig["trial_id"].map(by_trial["input_images_per_sec"].mean())
     fig["time_per_epoch_s"] = fig["mean_epoch_time_s"]
     fig["train_acc"] = fig["final_train_acc"]
     fig["val_acc"] = fig["final_val_acc"]
@@ -72,6 +78,18 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     fig["speed_group"] = group_labels(fig, SPEED_KEY)
     fig["trial_group"] = group_labels(fig, GROUP_KEY)
     return fig
+
+
+def input_wait_share(epochs: pd.DataFrame) -> float:
+    """The share of a trial's timed steps' time that they waited for their input: its epochs' steady_input_wait_share,
+    weighted by their timed steps; where no epoch has one (rows of older runs), its epochs' input_wait_s over their
+    time. NaN without an input pipeline (synthetic data)."""
+    if "steady_input_wait_share" in epochs:
+        rows = epochs[epochs["steady_input_wait_share"].notna() & (epochs["steady_steps"].fillna(0) > 0)]
+        if len(rows):
+            return float((rows["steady_input_wait_share"] * rows["steady_steps"]).sum() / rows["steady_steps"].sum())
+    waited = epochs["input_wait_s"].sum(min_count=1) if "input_wait_s" in epochs else math.nan
+    return float(waited / epochs["epoch_time_s"].sum()) if pd.notna(waited) else math.nan
 
 
 def steady_stderr(epochs: pd.DataFrame) -> float:
@@ -110,7 +128,7 @@ def _filled_data_kind(trials: pd.DataFrame) -> pd.Series:
 # The order of every table's groups, whatever order the store read the rows in: the speed key's parts in
 # this order, a precision as PRECISIONS lists it (fp32, tf32, fp16, bf16), the compiled ones after them all.
 ORDER = ["framework", "model", "batch_per_gpu", "data_kind", "compile", "precision", "image_size", "kvstore",
-         "variable_update", "cpus_per_trial", "loader_workers"]
+         "variable_update", "cpus_per_trial", "loader_workers", "data_format", "decode"]
 
 
 def in_speed_order(frame: pd.DataFrame, then: list[str]) -> pd.DataFrame:
@@ -150,11 +168,11 @@ def group_labels(frame: pd.DataFrame, key: list[str], exclude: tuple[str, ...] =
         extra = [c for c in rest if rows[c].astype(str).nunique() > 1]
         for i in rows.index:
             shown[i] = extra
-    return pd.Series([" ".join(_key_part(c, frame.at[i, c]) for c in [*always, *shown[i]]) for i in frame.index],
+    return pd.Series([" ".join(key_part(c, frame.at[i, c]) for c in [*always, *shown[i]]) for i in frame.index],
                      index=frame.index, dtype=str)
 
 
-def _key_part(column: str, value: Any) -> str:
+def key_part(column: str, value: Any) -> str:
     if column in ("framework", "model", "data_kind", "lr_setting"):
         return str(value)
     if column == "batch_per_gpu":
@@ -234,6 +252,7 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
                 "speedup": speedup, "efficiency": speedup / num_gpus if pd.notna(speedup) else math.nan,
                 "speedup_stderr": speedup_stderr, "efficiency_stderr": speedup_stderr / num_gpus,
                 "baseline": baseline,
+                "input_wait_share": ok["input_wait_share"].mean(), "input_images_per_sec": ok["input_images_per_sec"].mean(),
                 "pooled": ", ".join(c for c in POOLED if ok[c].astype(str).nunique() > 1),
             })
     return pd.DataFrame(rows)

@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from sweep.limits import count
-from sweep.report.figures import (GROUP_KEY, SPEED_KEY, USABLE, batch_label, group_labels, in_speed_order, provenance,
-                                  status_label)
+from sweep.report.figures import (FALLBACK, GROUP_KEY, SPEED_KEY, USABLE, key_part, batch_label, group_labels,
+                                  in_speed_order, provenance, status_label)
 from sweep.report.seeds import as_in
 from trainables.config import PRECISIONS
 
@@ -114,7 +114,9 @@ def ratio_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
                 frame.index = pd.Index([labels[i] for i in frame.index], name="GPUs", dtype=object)
                 notes = [f"images/s of {_axis_value(axis, value)} / images/s of {_axis_value(axis, base)}, "
                          "same GPU count and every other key equal."]
-            name = f"ratio_{axis}_{value}_vs_{base}".replace("/", "-").replace(" ", "_")
+            # A file name: a model named MODULE:FUNCTION or zoo:NAME (docs/models.md) has a colon, which Windows and
+            # some object stores refuse in a name.
+            name = f"ratio_{axis}_{value}_vs_{base}".replace("/", "-").replace(" ", "_").replace(":", "-")
             tables.append(Table(name, title, frame, default_unit="x", notes=notes, source=source))
     return tables
 
@@ -165,6 +167,73 @@ def precision_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
     units = {c: ("x" if c in ratios.columns else "img/s") for c in frame.columns}
     title = "Throughput by precision and compiler per GPU count, and each over fp32 (tf32 where a row has no fp32)"
     return [Table("precision", title, frame, units=units, notes=notes, source=source)]
+
+
+SYNTHETIC_KINDS = ("synthetic", FALLBACK)  # images made on the devices: no input pipeline at all
+INPUT_BOUND_SHARE = 0.05  # the timed steps waited for their input more than this share of their time: input-bound
+INPUT_BOUND = "input-bound"
+# What tells the real data of one cell from another's (the rest of the speed key names the row).
+SOURCE_KEY = ("data_kind", "data_format", "loader_workers", "decode")
+
+
+def synth_vs_real_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
+    """Study 004's "speedup from using synth vs real": for each framework, model, batch per GPU, precision (and the
+    other settings that change a step's speed) and GPU count, synthetic images/s beside each real data's (kind,
+    format, input workers, decode) and synthetic / real. A real cell whose timed steps (those images/s is of) waited
+    for their input more than 5% of their time is marked input-bound. Only where a run has both synthetic and real
+    data."""
+    if long.empty or "data_kind" not in long:
+        return []
+    cells = in_speed_order(long, then=["num_gpus", "nodes"]).copy()
+    synthetic = cells["data_kind"].isin(SYNTHETIC_KINDS)
+    if not synthetic.any() or synthetic.all():
+        return []
+    key = [c for c in SOURCE_KEY if c in cells]
+    cells["other"] = group_labels(cells, SPEED_KEY, exclude=tuple(key))
+    cells["real_label"] = _source_labels(cells, key)
+    synth = cells[synthetic & (cells["trials"] > 0)].groupby(["other", "num_gpus", "nodes"])["images_per_sec"].mean()
+    # Rows by group, then GPU count, each count's real data in the speed order (as the precision table's rows).
+    first = {other: i for i, other in enumerate(dict.fromkeys(cells["other"]))}
+    real = cells[~synthetic]
+    real = real.assign(rank=real["other"].map(first)).sort_values(["rank", "num_gpus", "nodes"], kind="stable")
+    columns = ["synthetic", "real", "synthetic / real", "input wait", "pipeline alone per GPU"]
+    rows, marks = [], []
+    for cell in real.itertuples():
+        base = synth.get((cell.other, cell.num_gpus, cell.nodes), math.nan)
+        rate = cell.images_per_sec if cell.trials else cell.status
+        ratio = base / rate if cell.trials and _is_rate(rate) and _is_rate(base) else NO_TRIAL
+        wait, alone = getattr(cell, "input_wait_share", math.nan), getattr(cell, "input_images_per_sec", math.nan)
+        rows.append(((cell.other, cell.gpus, cell.real_label),
+                     [base if _is_rate(base) else NO_TRIAL, rate, ratio, wait, alone]))
+        marks.append(["", INPUT_BOUND if _is_rate(wait) and wait > INPUT_BOUND_SHARE else "", "", "", ""])
+    index = pd.MultiIndex.from_tuples([r[0] for r in rows], names=["", "GPUs", "real data"])
+    frame = pd.DataFrame([r[1] for r in rows], index=index, columns=columns, dtype=object)
+    notes = ["synthetic: images/s on images made on the devices (no input pipeline); real: images/s reading the data "
+             "named (kind, format; input workers and decode where the run varies them), same framework, model, batch "
+             "per GPU, precision and GPUs; synthetic / real: how much faster synthetic data trains (1.00x: the input "
+             "costs nothing).",
+             f"input wait: the share of the timed steps' time (warm-up steps excluded, as in images/s) that they waited "
+             f"for their batch; {INPUT_BOUND}: above {INPUT_BOUND_SHARE:.0%}, the input bound the step. pipeline alone "
+             "per GPU: images/s of one GPU's input pipeline measured before training, with no model (decode, crop, "
+             "batch)."]
+    return [Table("synth_vs_real", f"Speedup from using synthetic data vs. real data ({as_in('004')}), and whether "
+                  "the input bound the step", frame,
+                  units={"synthetic": "img/s", "real": "img/s", "synthetic / real": "x", "input wait": "%",
+                         "pipeline alone per GPU": "img/s"},
+                  notes=notes, source=source, marks=pd.DataFrame(marks, index=index, columns=columns))]
+
+
+def _source_labels(cells: pd.DataFrame, key: list[str]) -> list[str]:
+    """Each cell's real data in a few words: its kind and format always, its input workers and decode where the run
+    varies them among its real cells."""
+    real = cells[~cells["data_kind"].isin(SYNTHETIC_KINDS)]
+    varied = [c for c in key if c not in ("data_kind", "data_format") and real[c].astype(str).nunique() > 1]
+    labels = []
+    for _, cell in cells.iterrows():
+        form = cell.get("data_format")
+        parts = [str(cell["data_kind"]), *([form] if isinstance(form, str) else [])]
+        labels.append(" ".join(parts + [key_part(c, cell[c]) for c in varied]))
+    return labels
 
 
 def _precision_ratios(frame: pd.DataFrame, settings: list[str]) -> pd.DataFrame:

@@ -123,8 +123,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     for side, built in [("A: ", report), ("B: ", other)] if other else [("", report)]:
         if note := accuracy_note(built.figures):
             print(side + note)
-    # The main table, then the tables a run's own axes call for: precision, the largest batch.
-    for table in [main_table, *([report.precision, report.max_batch] if not other else [])]:
+    # The main table, then the tables a run's own axes call for: precision, synthetic vs real data, the largest batch.
+    for table in [main_table, *([report.precision, report.synth_vs_real, report.max_batch] if not other else [])]:
         if table is not None:
             print()
             print(render_text(table))
