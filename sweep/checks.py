@@ -3,7 +3,9 @@
 One Ray task per (node with GPUs, framework), pinned to the node (NodeAffinitySchedulingStrategy) and
 started in the framework's environment (sweep/environments.py), runs trainables.probe.check: the
 framework's import, its build, one training step on one of the node's GPUs (on a CPU device where
-GPUs are emulated). The driver imports no framework for it. From the checks:
+GPUs are emulated), and builds each model the sweep names outside the engine's zoo (a zoo's, or the user's
+own: docs/models.md) with one forward pass. The driver imports no framework for it. From the checks:
+- a model the loop cannot train: the run refused in one line (model_refusal), before any trial;
 - the table printed before the run, and the records kept in run.json (sweep/store.py, Session.checks);
 - trials whose framework runs on no node that fits them: infeasible, with the reason;
 - frameworks that run on some nodes only: their trials' bundles carry a label selector on Ray's own
@@ -20,8 +22,10 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
+from sweep import limits
 from sweep.cluster import Node, infeasible
 from sweep.environments import Environment, made_environment, with_hint
+from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.failure import first_line
 from trainables.probe import FrameworkCheck, check, first_gpu, interpreter_problem
@@ -31,34 +35,41 @@ NODE_LABEL = "ray.io/node-id"  # every Ray node carries it, with its id
 # import and one step); pip, uv and image environments are built or pulled on first use (Ray gives up
 # building one after 10 minutes, runtime_env's setup_timeout_seconds).
 TIMEOUT_S = {"default": 300, "py_executable": 300, "pip": 900, "uv": 900, "image_uri": 900}
+# framework -> the (model, image side) pairs of its trials whose model is named outside the engine's zoo.
+Models = dict[str, tuple[tuple[str, int], ...]]
 
 
-def start_here(frameworks: list[str], envs: dict[str, Environment], emulated: bool) -> dict[str, Future[FrameworkCheck]]:
+def start_here(frameworks: list[str], envs: dict[str, Environment], emulated: bool, models: Models | None = None,
+               code: str | None = None) -> dict[str, Future[FrameworkCheck]]:
     """Start the checks of the frameworks that run in the driver's Python (no environment of their own) on
     this machine, each in a thread waiting on its check's process: an embedded Ray's every node is this
     machine and this Python, and a check (a framework's import and one step, seconds) overlaps Ray's start.
-    Frameworks with an environment are checked by Ray (it builds or starts their environment)."""
+    Frameworks with an environment are checked by Ray (it builds or starts their environment). models: each
+    framework's models named outside the engine's zoo (named_models); code: run --code DIR, their folder."""
     started = {}
     for fw in frameworks:
         if fw not in envs:
             future: Future[FrameworkCheck] = Future()
-            threading.Thread(target=_settle, args=(future, fw, emulated), daemon=True,  # never holds up an exit
-                             name=f"check-{fw}").start()
+            threading.Thread(target=_settle, args=(future, fw, emulated, (models or {}).get(fw, ()), code),
+                             daemon=True, name=f"check-{fw}").start()  # daemon: never holds up an exit
             started[fw] = future
     return started
 
 
-def _settle(future: Future[FrameworkCheck], framework: str, emulated: bool) -> None:
+def _settle(future: Future[FrameworkCheck], framework: str, emulated: bool, models: tuple[tuple[str, int], ...],
+            code: str | None) -> None:
     try:
-        future.set_result(check(framework, "", emulated, None if emulated else first_gpu()))
+        future.set_result(check(framework, "", emulated, None if emulated else first_gpu(), models, code))
     except BaseException as e:  # noqa: BLE001 - handed to the waiting driver, which says it as the check's failure
         future.set_exception(e)
 
 
 def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], code_root: str | None,
-        emulated: bool | None, here: dict[str, Future[FrameworkCheck]] | None = None) -> list[FrameworkCheck]:
+        emulated: bool | None, here: dict[str, Future[FrameworkCheck]] | None = None,
+        models: Models | None = None) -> list[FrameworkCheck]:
     """Check every framework on every node that has GPUs (trials need them; the others never get one).
-    here: checks already started on this machine (start_here), which stand for every node of an embedded Ray."""
+    here: checks already started on this machine (start_here), which stand for every node of an embedded Ray.
+    models: each framework's models named outside the engine's zoo (named_models), built on every node."""
     import ray
 
     targets = [(node, fw) for node in nodes if node.gpus >= 1 for fw in frameworks]
@@ -91,7 +102,7 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
         options = {**_on(node), "num_gpus": 0.01}  # a GPU id, shared: the checks of a node run side by side
         if env:
             options["runtime_env"] = env.runtime_env(code_root)
-        refs[task.options(**options).remote(fw, node.node_id, emulated)] = (node, fw)
+        refs[task.options(**options).remote(fw, node.node_id, emulated, None, (models or {}).get(fw, ()))] = (node, fw)
     timeout = max((TIMEOUT_S[envs[fw].kind if fw in envs else "default"] for _, fw in targets), default=0)
     for (node, fw), result in _gather(refs, timeout).items():
         found[(node.node_id, fw)] = result if isinstance(result, FrameworkCheck) else FrameworkCheck(
@@ -126,12 +137,37 @@ def _gather(refs: dict[Any, tuple[Node, str]], timeout_s: float) -> dict[tuple[N
     return out
 
 
+def named_models(trials: list[TrialConfig]) -> Models:
+    """What each framework's check builds besides its own step: every zoo model and network of the user's own that
+    a trial trains, at each input side it trains at (docs/models.md)."""
+    out: dict[str, dict[tuple[str, int], None]] = {}
+    for t in trials:
+        if zoo.named(t.model) is not None:
+            out.setdefault(t.framework, {})[(t.model, t.image_size or zoo.default_image_size(t.model))] = None
+    return {fw: tuple(pairs) for fw, pairs in out.items()}
+
+
+def model_refusal(checks: list[FrameworkCheck]) -> str | None:
+    """The first model that a framework's check could not build or run (one line, with the close names of an
+    unknown zoo name), or None. A model is the sweep's, not a node's: one node's refusal refuses the run."""
+    for c in checks:
+        for problem in c.model_problems or ():
+            known = problem.get("known")
+            source, _, given = str(problem["model"]).partition(":")
+            listed_in = zoo.ZOO_PACKAGES.get(source, f"module {source}")  # where the whole list is, if it is long
+            hint = f" ({limits.known_names(given, known, listed_in)})" if known else ""
+            where = f" (checked on node {c.hostname or '?'} {c.node_id[:8]}, {c.framework})" if c.node_id else ""
+            return f"{problem['message']}{hint}{where}"
+    return None
+
+
 def table(checks: list[FrameworkCheck], envs: dict[str, Environment], seconds: float) -> str:
     """The checks as the console shows them: one line per node and framework."""
-    head = ["node", "framework", "environment", "version", "CUDA", "GPU", "python", "check"]
+    head = ["node", "framework", "environment", "version", "CUDA", "GPU", "python", "zoos", "check"]
     rows = [[f"{c.hostname or '?'} {c.node_id[:8]}", c.framework,
              _env_cell(c.framework, envs), c.version or "-",
              c.cuda or "-", f"{c.gpu} {c.arch}" if c.gpu else (c.device or "-"), c.python or "-",
+             ",".join(c.zoos) if c.zoos else "-",
              "OK" if c.ok else f"FAILED: {c.reason}"] for c in checks]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head[:-1])] if rows else []
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths + [0])).rstrip()  # noqa: E731
@@ -179,6 +215,18 @@ def unplaceable(trials: list[TrialConfig], nodes: list[Node], checks: list[Frame
             out[t.trial_id] = (f"{needs}; {t.framework} runs on {len(usable)} of the cluster's {len(nodes)} nodes "
                                f"(not on {_reasons(failed, per_node=True)})")
     return out
+
+
+def gpu_decode_refusal(trials: list[TrialConfig], checks: list[FrameworkCheck]) -> str | None:
+    """Why the trials that ask for `decode: gpu` cannot have it (one line), or None: their framework's check found no
+    torchvision on some node (trainables/probe.py gpu_decode_problem)."""
+    asked = {t.framework for t in trials if t.decode == "gpu"}
+    for c in checks:
+        if c.framework in asked and c.no_gpu_decode:
+            count = sum(1 for t in trials if t.decode == "gpu")
+            return (f"decode: gpu ({count} of {len(trials)} trials) cannot run on node {c.hostname or '?'} "
+                    f"{c.node_id[:8]}: {c.no_gpu_decode}; install torchvision for that torch, or set decode: cpu")
+    return None
 
 
 def _reasons(failed: list[FrameworkCheck], per_node: bool) -> str:

@@ -45,17 +45,19 @@ class Cluster:
 
 
 def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1", job_name: str | None = None,
-          nodes: int = 1, emulated: bool = False) -> Cluster:
+          nodes: int = 1, emulated: bool = False, code: str | None = None) -> Cluster:
     """Join `address` (or RAY_ADDRESS), else start a local Ray with `num_gpus` (fake where emulated).
 
     nodes > 1 (embedded, emulated only): as many Ray nodes on this machine, each with `num_gpus`, so
-    that trials spanning nodes run here as they would on a cluster.
+    that trials spanning nodes run here as they would on a cluster. code: `--code DIR`, the job's
+    working_dir: Ray uploads the folder once and every node's workers (every trial, check and rank, in
+    every framework's environment) start in their node's copy of it, on their PYTHONPATH.
     """
     import ray
 
     from sweep import dashboard
 
-    runtime_env: dict[str, Any] = {"env_vars": TRIAL_ENV}
+    runtime_env: dict[str, Any] = {"env_vars": TRIAL_ENV, **({"working_dir": code} if code else {})}
     if not sys.stdout.isatty():  # the lines Ray prints in the driver (raylet's) carry no colour codes into logs
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     address = address or os.environ.get("RAY_ADDRESS")

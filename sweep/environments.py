@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from sweep.errors import UsageError
+from sweep.limits import shown
+from trainables import zoo
 from trainables.config import FRAMEWORKS
 
 if TYPE_CHECKING:
@@ -241,3 +243,53 @@ def chosen(from_file: dict[str, Environment], options: list[str]) -> dict[str, E
             raise UsageError(f"--env {text}: {e}") from None
         out[framework] = env
     return out
+
+
+def code_folder(given: str | None) -> str | None:
+    """`--code DIR`: the folder of the models' code, made absolute; a UsageError where it is not a folder."""
+    if given is None:
+        return None
+    folder = Path(given).expanduser()
+    if not folder.is_dir():
+        raise UsageError(f"--code {shown(given, 300)}: no such folder (expected the folder that holds your models' modules)")
+    return str(folder.resolve())
+
+
+def model_sources(models: list[str], code: str | None) -> list[str]:
+    """What each model named outside the engine's zoo makes its trials import, and from where, as `show` and `plan`
+    print it: found without importing it (importing a module runs it; only trials do)."""
+    lines = []
+    for name in dict.fromkeys(models):
+        found = zoo.named(name)
+        if found is None:
+            continue
+        if found.zoo:
+            where = f"{zoo.ZOO_PACKAGES[found.source]}: {found.name}, in {zoo.ZOOS[found.source]}'s environment"
+        else:
+            origin = _locate(found.source, code)
+            where = (f"{found.source} from {origin}" + (" (--code: shipped to every node)" if code and origin and
+                                                         origin.startswith(code + os.sep) else "")
+                     if origin else f"{found.source}, not found here (PYTHONPATH, --code DIR): the trials' environment "
+                                    "must have it")
+        lines.append(f"  {name}: imports {where}")
+    if not lines:
+        return []
+    return ["models' code (a trial imports and runs it: a sweep file that names code is as trusted as that code):",
+            *lines]
+
+
+def _locate(module: str, code: str | None) -> str | None:
+    """The file `module` would be imported from, on the --code folder then the driver's path (not its working
+    folder), without running it or its packages' __init__ (importlib.util.find_spec would run them)."""
+    import importlib.machinery
+
+    path: list[str] | None = [p for p in ([code] if code else []) + sys.path if p and p != os.getcwd()]
+    spec = None
+    for part in module.split("."):
+        if path is None:  # a module where a package was needed
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(part, path)
+        if spec is None:
+            return None
+        path = list(spec.submodule_search_locations) if spec.submodule_search_locations is not None else None
+    return spec.origin if spec else None

@@ -118,13 +118,17 @@ def reach(results: Location, text: str, write: bool) -> None:
                          f"({location.reason(e)})") from None
 
 
-def resume_command(sweep: str, run_id: str, set_values: dict, results: str) -> str:
-    """The command that continues a run (what `run` and `status` print), with the --set values it was started with."""
+def resume_command(sweep: str, run_id: str, set_values: dict, results: str, code: str | None = None) -> str:
+    """The command that continues a run (what `run` and `status` print), with the --set values it was started with,
+    and the --code folder of its models where `run` knows it."""
+    import shlex
+
     from sweep import overrides
 
     where = f" --results {results}" if results != "results" else ""
     given = f" {overrides.options(set_values)}" if set_values else ""
-    return f"python -m sweep {sweep} --resume {run_id}{given}{where}"
+    folder = f" --code {shlex.quote(code)}" if code else ""
+    return f"python -m sweep {sweep} --resume {run_id}{given}{where}{folder}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:

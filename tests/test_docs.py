@@ -3,8 +3,8 @@
 
 The convention (docs/README.md): a ```sh block holds `python -m sweep ...` commands that this file
 runs, line by line, exactly as printed, through bash, from a scratch folder (the user's working
-directory) that holds a small CIFAR-10-format set in `data/` (200 test images) and links `tests/` to
-this checkout's, so that `results/`, `data/` and `tests/sweeps/...` mean what they say. `python` on the
+directory) that holds a small CIFAR-10-format set in `data/` (200 test images) and links `tests/` and
+`examples/` to this checkout's, so that `results/`, `data/` and `tests/sweeps/...` mean what they say. `python` on the
 PATH there is this interpreter, and PYTHONPATH this checkout. A line ending in `# exit N` must exit N,
 every other line 0. No GPU here: `python -m sweep resnet50_lr_scaling` runs the smoke scale, as it does
 on any machine without one; that is the only substitution, and it is the engine's own.
@@ -99,6 +99,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("docs")
     write_cifar10(work / "data", train_per_file=100, test=200)
     (work / "tests").symlink_to(ROOT / "tests")
+    (work / "examples").symlink_to(ROOT / "examples")  # docs/models.md's networks, as a checkout has them
     (work / "bin").mkdir()
     shim = work / "bin" / "python"
     shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')  # a symlink would lose the venv
@@ -162,6 +163,22 @@ def test_the_first_run_wrote_what_the_readme_says(ran: Path) -> None:
     # A shipped study's smoke run, checked as benchmarks/study_smokes.py checks every one: each smoke trial one
     # completed summary row, every framework ran, sane rows, one parameter count per model across frameworks.
     assert problems("resnet50_lr_scaling", ran / "results") == []
+
+
+@pytest.mark.slow
+def test_the_models_page_trained_each_frameworks_own_network_and_two_zoo_models(ran: Path) -> None:
+    """docs/models.md's run: examples/models/ through --code, on 1 and 2 emulated GPUs, beside keras: and gluon:."""
+    (run_dir,) = [p.parent for p in (ran / "results" / "own_models").glob("*/run.json")]
+    trials, epochs = pd.read_parquet(run_dir / "trials"), pd.read_parquet(run_dir / "epochs")
+    assert set(trials.status) == {"completed"}, trials[["model", "num_gpus", "status", "error"]]
+    own = epochs[epochs.model.str.endswith("_net:build")]
+    assert sorted(zip(own.framework, own.model, own.num_gpus)) == sorted(
+        (fw, model, gpus) for fw, model in (("mxnet", "gluon_net:build"), ("pytorch", "torch_net:build"),
+                                            ("tensorflow", "keras_net:build")) for gpus in (1, 2))
+    assert set(own.param_count) == {5562}  # one network, layer for layer, in each framework (docs/models.md)
+    zoo_models = epochs[~epochs.model.str.endswith("_net:build")].set_index("model")
+    assert set(zoo_models.index) == {"keras:MobileNetV2", "gluon:resnet18_v1"} and (zoo_models.param_count > 10**6).all()
+    assert epochs.val_acc.notna().all() and (epochs.image_size == 32).all()
 
 
 def test_every_sweep_file_in_the_docs_loads(tmp_path: Path) -> None:

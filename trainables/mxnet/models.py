@@ -5,6 +5,7 @@ from mxnet.gluon import nn
 from mxnet.gluon.contrib.nn import HybridConcurrent
 
 from trainables import zoo
+from trainables.failure import first_line
 
 BN = {"momentum": 0.9, "epsilon": 1e-5}
 BN_V2 = {"momentum": 0.9, "epsilon": 2e-5}  # MXNet's symbols/resnet.py
@@ -226,10 +227,80 @@ def alexnet() -> nn.HybridBlock:
 FIXED = {"resnet50_v1": resnet50_v1, "inception_v3": inception_v3, "cifar10_conv": cifar10_conv, "alexnet": alexnet}
 
 
-def build(name: str, image_size: int) -> nn.HybridBlock:
+def _resize_output(net: nn.HybridSequential, num_classes: int) -> None:
+    """Replace the network's last Dense (every zoo model ends in one) by one with num_classes outputs."""
+    key, last = list(net._children.items())[-1]
+    if not isinstance(last, nn.Dense):
+        raise ValueError(f"expected the network to end in a Dense layer, not {type(last).__name__}")
+    net.register_child(nn.Dense(num_classes, use_bias=last.bias is not None), key)
+
+
+def build(name: str, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> nn.HybridBlock:
+    """The zoo's model `name` for image_size x image_size NCHW inputs; logits (N, num_classes)."""
+    found = zoo.named(name)  # a zoo's or the user's own
+    if found is not None:
+        return build_named(found, image_size, num_classes)
     units = zoo.cifar_resnet_units(name)
     if units is not None:
-        return resnet_cifar_v2(units) if zoo.is_preact(name) else resnet_cifar(units, image_size)
-    if name in FIXED:
-        return FIXED[name]()
-    raise ValueError(f"model {name} has no MXNet builder")
+        net = resnet_cifar_v2(units) if zoo.is_preact(name) else resnet_cifar(units, image_size)
+    elif name in FIXED:
+        net = FIXED[name]()
+    else:
+        raise ValueError(f"model {name} has no MXNet builder")
+    if num_classes != zoo.NUM_CLASSES:  # an image folder's classes (data: imagenet): the output layer sized to them
+        _resize_output(net, num_classes)
+    return net
+
+
+def zoos() -> list[str]:
+    """The zoos of Gluon models in this environment (the framework check reports them): Gluon's comes with MXNet."""
+    return ["gluon"]
+
+
+def _model_zoo() -> list[str]:
+    """gluon.model_zoo.vision's models by name: get_model lists them in the error it raises for an unknown one."""
+    from mxnet.gluon.model_zoo import vision
+
+    try:
+        vision.get_model("")
+    except ValueError as e:
+        return sorted(line.strip() for line in str(e).split("Available options are", 1)[-1].splitlines() if line.strip())
+    return []
+
+
+def build_named(found: zoo.Named, image_size: int, num_classes: int) -> nn.HybridBlock:
+    """A gluon.model_zoo.vision model (untrained) or the user's FUNCTION(num_classes=, image_size=): a HybridBlock,
+    which the backend initialises as its own zoo's (parameters the block initialised itself keep their values)."""
+    if found.zoo:
+        from mxnet.gluon.model_zoo import vision
+
+        known = _model_zoo()
+        if found.name.lower() not in known:
+            raise zoo.ModelError(f"model {found.text}: gluon.model_zoo.vision has no model {found.name}", known)
+        net = zoo.call_builder(found, vision.get_model, name=found.name, classes=num_classes)
+    else:
+        net = zoo.call_builder(found, zoo.user_builder(found), num_classes=num_classes, image_size=image_size)
+    if not isinstance(net, nn.HybridBlock):
+        raise zoo.not_a_model(found, net, "a Gluon HybridBlock (mxnet.gluon.HybridBlock)")
+    return net
+
+
+def check_named(name: str, image_size: int, num_classes: int) -> None:
+    """The framework check of a named model: built and initialised as a trial does, one training-mode forward pass
+    of 2 images giving (2, num_classes) logits. A ModelError (one line) where it does not."""
+    import mxnet as mx
+    from mxnet import autograd
+
+    found = zoo.named(name)
+    net = build_named(found, image_size, num_classes)
+    try:
+        net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+        with autograd.record():
+            out = net(mx.nd.zeros((2, 3, image_size, image_size)))
+        shape = out.shape
+    except Exception as e:  # noqa: BLE001
+        raise zoo.ModelError(f"model {found.text}: its forward pass on 2 images of {image_size}x{image_size} raised "
+                             f"{type(e).__name__}: {first_line(str(e))[:300]}") from None
+    if not isinstance(out, mx.nd.NDArray):
+        raise zoo.ModelError(f"model {found.text}: its forward pass returned {type(out).__name__}, not one array of logits")
+    zoo.check_logits(found, tuple(shape), 2, num_classes, image_size)

@@ -6,13 +6,17 @@ symmetrically and flattens CHW, as MXNet does, so the MXNet file is followed lin
 """
 from __future__ import annotations
 
+import importlib
 import math
+import sys
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from trainables import zoo
+from trainables.failure import first_line
 
 # MXNet's momentum 0.9 keeps 0.9 of the moving statistics; torch's momentum is the other 0.1.
 BN = {"momentum": 0.1, "eps": 1e-5}
@@ -300,7 +304,11 @@ FIXED = {"resnet50_v1": lambda size: resnet50_v1(), "inception_v3": lambda size:
 
 
 def build(name: str, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> nn.Module:
-    """The zoo's model `name` for image_size x image_size NCHW float32 inputs, initialised; logits (N, num_classes)."""
+    """The zoo's model `name` for image_size x image_size NCHW float32 inputs, initialised; logits (N, num_classes).
+    A zoo's or the user's own (zoo.named): as its source builds and initialises it."""
+    found = zoo.named(name)
+    if found is not None:
+        return build_named(found, image_size, num_classes)
     units = zoo.cifar_resnet_units(name)
     if units is not None:
         net = resnet_cifar_v2(units) if zoo.is_preact(name) else resnet_cifar(units, image_size)
@@ -312,3 +320,75 @@ def build(name: str, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> nn.
         _resize_output(net, num_classes)
     initialise(net, name)
     return net
+
+
+def zoos() -> list[str]:
+    """The zoos of PyTorch models that import in this environment (the framework check reports them)."""
+    return [name for name, package in (("torchvision", "torchvision.models"), ("timm", "timm")) if _imports(package)]
+
+
+def _imports(package: str) -> bool:
+    try:
+        importlib.import_module(package)
+        return True
+    except Exception:  # noqa: BLE001 - absent, or built for another torch (torchvision's operators fail to load)
+        return False
+
+
+def _zoo_package(found: zoo.Named) -> Any:
+    """torchvision.models or timm, or a ModelError saying why it is not here."""
+    package = zoo.ZOO_PACKAGES[found.source]
+    try:
+        return importlib.import_module(package)
+    except ModuleNotFoundError as e:
+        if e.name and package.startswith(e.name.split(".")[0]):
+            build = f", the build for torch {torch.__version__}" if found.source == "torchvision" else ""
+            raise zoo.ModelError(f"model {found.text}: {found.source} is not installed for {sys.executable} "
+                                 f"(pip install {found.source}{build})") from None
+        raise zoo.ModelError(f"model {found.text}: {found.source} does not import here: {e}") from None
+    except Exception as e:  # noqa: BLE001 - torchvision built for another torch fails as it loads its operators
+        raise zoo.ModelError(f"model {found.text}: {found.source} does not import here (a build for another torch "
+                             f"than {torch.__version__}?): {type(e).__name__}: {first_line(str(e))}") from None
+
+
+def _from_zoo(found: zoo.Named, num_classes: int) -> Any:
+    package = _zoo_package(found)
+    if found.source == "timm":
+        known = package.list_models()
+        make = lambda: package.create_model(found.name, pretrained=False, num_classes=num_classes)  # noqa: E731
+    else:
+        known = package.list_models(module=package)  # the classification models, not detection's or video's
+        # Inception-v3 and GoogLeNet return their auxiliary heads' logits too while training: the loop takes one tensor.
+        extra = {"aux_logits": False} if found.name in ("inception_v3", "googlenet") else {}
+        make = lambda: package.get_model(found.name, weights=None, num_classes=num_classes, **extra)  # noqa: E731
+    if found.name not in known:
+        raise zoo.ModelError(f"model {found.text}: {found.source} has no model {found.name}", known)
+    return zoo.call_builder(found, make)
+
+
+def build_named(found: zoo.Named, image_size: int, num_classes: int) -> nn.Module:
+    """A zoo's model (its own initialisation, no pretrained weights) or the user's FUNCTION(num_classes=, image_size=)."""
+    if found.zoo:
+        net = _from_zoo(found, num_classes)
+    else:
+        net = zoo.call_builder(found, zoo.user_builder(found), num_classes=num_classes, image_size=image_size)
+    if not isinstance(net, nn.Module):
+        raise zoo.not_a_model(found, net, "a torch.nn.Module")
+    return net
+
+
+def check_named(name: str, image_size: int, num_classes: int) -> None:
+    """The framework check of a named model: built as a trial builds it, one training-mode forward pass of 2 images
+    giving (2, num_classes) logits. A ModelError (one line) where it does not."""
+    found = zoo.named(name)
+    torch.manual_seed(0)
+    net = build_named(found, image_size, num_classes)
+    net.train()
+    try:
+        out = net(torch.zeros(2, 3, image_size, image_size))
+    except Exception as e:  # noqa: BLE001
+        raise zoo.ModelError(f"model {found.text}: its forward pass on 2 images of {image_size}x{image_size} raised "
+                             f"{type(e).__name__}: {first_line(str(e))[:300]}") from None
+    if not isinstance(out, torch.Tensor):
+        raise zoo.ModelError(f"model {found.text}: its forward pass returned {type(out).__name__}, not one tensor of logits")
+    zoo.check_logits(found, tuple(out.shape), 2, num_classes, image_size)

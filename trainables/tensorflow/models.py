@@ -6,6 +6,7 @@ import tensorflow as tf
 from keras import layers
 
 from trainables import zoo
+from trainables.failure import first_line
 
 # Same initialisation as the MXNet side: gaussian, std sqrt(2 / fan_in); BN as MXNet's defaults.
 def _kernel_init() -> keras.initializers.Initializer:
@@ -250,10 +251,67 @@ def alexnet(image_size: int) -> keras.Model:
 FIXED = {"resnet50_v1": resnet50_v1, "inception_v3": inception_v3, "cifar10_conv": cifar10_conv, "alexnet": alexnet}
 
 
-def build(name: str, image_size: int) -> keras.Model:
+def build(name: str, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> keras.Model:
+    found = zoo.named(name)  # a zoo's or the user's own
+    if found is not None:
+        return build_named(found, image_size, num_classes)
     units = zoo.cifar_resnet_units(name)
     if units is not None:
-        return (resnet_cifar_v2 if zoo.is_preact(name) else resnet_cifar)(units, image_size)
-    if name in FIXED:
-        return FIXED[name](image_size)
-    raise ValueError(f"model {name} has no Keras builder")
+        model = (resnet_cifar_v2 if zoo.is_preact(name) else resnet_cifar)(units, image_size)
+    elif name in FIXED:
+        model = FIXED[name](image_size)
+    else:
+        raise ValueError(f"model {name} has no Keras builder")
+    return model if num_classes == zoo.NUM_CLASSES else _resize_output(model, num_classes)
+
+
+def _resize_output(model: keras.Model, num_classes: int) -> keras.Model:
+    """The model with its last Dense (every builder above ends in one) replaced by one of num_classes outputs: an
+    image folder's classes (data: imagenet)."""
+    last = model.layers[-1]
+    if not isinstance(last, layers.Dense):
+        raise ValueError(f"model {model.name} does not end in a Dense layer: its outputs cannot be resized")
+    return keras.Model(model.inputs, _dense(last.input, num_classes, bias=last.use_bias), name=model.name)
+
+
+def zoos() -> list[str]:
+    """The zoos of Keras models in this environment (the framework check reports them): keras.applications comes with Keras."""
+    return ["keras"]
+
+
+def _applications() -> list[str]:
+    """keras.applications' models by name (ResNet50, EfficientNetB0, ...)."""
+    apps = keras.applications
+    return sorted(n for n in dir(apps) if n[:1].isupper() and callable(getattr(apps, n)))
+
+
+def build_named(found: zoo.Named, image_size: int, num_classes: int) -> keras.Model:
+    """A keras.applications model (weights=None: untrained; logits, no softmax) or the user's
+    FUNCTION(num_classes=, image_size=), which must return a Keras 3 model (keras.Model; tf.keras is Keras 3 here)."""
+    if found.zoo:
+        known = _applications()
+        if found.name not in known:
+            raise zoo.ModelError(f"model {found.text}: keras.applications has no model {found.name}", known)
+        make = getattr(keras.applications, found.name)
+        model = zoo.call_builder(found, make, weights=None, input_shape=(image_size, image_size, 3), classes=num_classes,
+                                 classifier_activation=None)
+    else:
+        model = zoo.call_builder(found, zoo.user_builder(found), num_classes=num_classes, image_size=image_size)
+    if not isinstance(model, keras.Model):
+        raise zoo.not_a_model(found, model, f"a Keras {keras.__version__} model (keras.Model)")
+    return model
+
+
+def check_named(name: str, image_size: int, num_classes: int) -> None:
+    """The framework check of a named model: built as a trial builds it, one training-mode forward pass of 2 images
+    giving (2, num_classes) logits. A ModelError (one line) where it does not."""
+    found = zoo.named(name)
+    model = build_named(found, image_size, num_classes)
+    try:
+        out = model(tf.zeros((2, image_size, image_size, 3)), training=True)
+    except Exception as e:  # noqa: BLE001
+        raise zoo.ModelError(f"model {found.text}: its forward pass on 2 images of {image_size}x{image_size} raised "
+                             f"{type(e).__name__}: {first_line(str(e))[:300]}") from None
+    if not tf.is_tensor(out):
+        raise zoo.ModelError(f"model {found.text}: its forward pass returned {type(out).__name__}, not one tensor of logits")
+    zoo.check_logits(found, tuple(out.shape), 2, num_classes, image_size)
