@@ -275,6 +275,32 @@ def test_the_check_says_why_a_framework_fails_at_import(monkeypatch: pytest.Monk
     assert found.reason.startswith("mxnet fails at import: OSError: ") and str(not_a_library) in found.reason
 
 
+def test_a_passing_check_is_kept_for_the_rest_of_a_test_run_and_only_there(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    """Issue 46: the suite's engine runs checked the same MXNet in the same interpreter hundreds of times. Under
+    SWEEP_KEPT_CHECKS (set by tests/conftest.py) a passing check is kept and read back, not run again: a kept
+    result edited here comes back as it was edited. Another environment is another check (a broken install is
+    found, and its failure is not kept), and without the variable, as outside the tests, every check runs."""
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    monkeypatch.setenv(probe.KEPT_CHECKS, str(kept))
+    first = probe.check("mxnet", "node-a", emulated=True)
+    assert first.ok and first.version == "1.9.1"
+    (file,) = kept.iterdir()
+    said = json.loads(file.read_text())
+    file.write_text(json.dumps({**said, "build": {**said["build"], "version": "as kept"}}))
+    again = probe.check("mxnet", "node-b", emulated=True)
+    assert again.ok and again.version == "as kept" and again.node_id == "node-b"
+    not_a_library = tmp_path / "libmxnet.so"
+    not_a_library.write_text("not a shared library\n")
+    monkeypatch.setenv("MXNET_LIBRARY_PATH", str(not_a_library))
+    assert not probe.check("mxnet", "node-a", emulated=True).ok
+    assert list(kept.iterdir()) == [file]
+    monkeypatch.delenv("MXNET_LIBRARY_PATH")
+    monkeypatch.delenv(probe.KEPT_CHECKS)
+    assert probe.check("mxnet", "node-a", emulated=True).version == "1.9.1"
+
+
 BROKEN_SWEEP = """\
 description: "MXNet and TensorFlow trials on two nodes; MXNet is broken on one of them"
 fixed: {model: resnet8_cifar, data: synthetic, epochs: 1, steps_per_epoch: 2, warmup_steps: 1, batch_per_gpu: 8, lr: 0.05}

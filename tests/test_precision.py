@@ -48,6 +48,7 @@ def test_mxnet_amp_graph_runs_its_convolutions_in_bfloat16() -> None:
         internals = backend.net._cached_graph[1].get_internals()
         _, types, _ = internals.infer_type(data=np.float32)
         convs = {n: t for n, t in zip(internals.list_outputs(), types) if n.endswith("_fwd_output") and "conv" in n}
+        print("computed", backend.compute_dtype())  # what the step's network produced: the rows' computed_precision
         print(len(convs), sorted({str(t) for t in convs.values()}))
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -55,6 +56,45 @@ def test_mxnet_amp_graph_runs_its_convolutions_in_bfloat16() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     count, dtypes = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert int(count) >= 7 and "bfloat16" in dtypes and "float32" not in dtypes, out.stdout  # every conv of resnet8
+    assert "computed bfloat16" in out.stdout.splitlines(), out.stdout
+
+
+def test_tensorflow_rows_say_what_the_layers_computed_in_not_what_the_policy_asked() -> None:
+    """Issue 46: rows record what ran. A bf16 trial whose layers were set back to float32 (as autocast switched off
+    does in PyTorch) computes in float32, and its row says fp32 though the model's own policy still says bfloat16;
+    untouched, the row says bf16. Before any step the backend knows of no dtype: read off the step, not assumed."""
+    import keras
+
+    from trainables.loop import TrialLoop
+
+    def loop() -> TrialLoop:
+        cfg = TrialConfig("tensorflow", "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.05,
+                          data="synthetic", steps_per_epoch=1, warmup_steps=0, precision="bf16")
+        return TrialLoop(cfg, Devices.of(["0"], emulated=True), None)
+
+    try:
+        as_set = loop()
+        assert as_set.backend.compute_dtype() is None
+        assert as_set.run_epoch(0)["computed_precision"] == "bf16"
+        in_fp32 = loop()
+        for layer in in_fp32.backend.model.layers:
+            layer.dtype_policy = keras.DTypePolicy("float32")
+        assert in_fp32.backend.model.compute_dtype == "bfloat16"  # the model's policy still asks for bf16
+        assert in_fp32.run_epoch(0)["computed_precision"] == "fp32"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")  # process-wide: other tests build fp32 models
+
+
+def test_mxnet_rows_say_what_the_step_computed_in() -> None:
+    """fp32 MXNet (amp is process-wide: bf16 is checked above in a process of its own): no dtype before a step,
+    float32 after it, and the row says fp32."""
+    from trainables.loop import TrialLoop
+
+    cfg = TrialConfig("mxnet", "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.05, data="synthetic",
+                      steps_per_epoch=1, warmup_steps=0, precision="fp32")
+    loop = TrialLoop(cfg, Devices.of(["0"], emulated=True), None)
+    assert loop.backend.compute_dtype() is None
+    assert loop.run_epoch(0)["computed_precision"] == "fp32" and loop.backend.compute_dtype() == "float32"
 
 
 def test_computed_precision_is_what_ran_not_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT
+from torch import nn
 
 from trainables.config import TrialConfig
 from trainables.pytorch.backend import MomentumSGD
@@ -163,6 +164,31 @@ def test_rows_record_the_precision_the_step_computed_in() -> None:
     assert bf16.run_epoch(1)["computed_precision"] == "fp32"
     tf32 = loop("tf32").run_epoch(0)
     assert (tf32["computed_precision"], tf32["tf32_allowed"]) == ("fp32", False)
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16),
+                                              ("fp32", torch.float32)])
+def test_every_layer_computes_in_the_precision_and_the_row_says_what_they_computed_in(precision: str,
+                                                                                      dtype: torch.dtype) -> None:
+    """Issue 46: PyTorch's bf16 trained in fp32 and no test saw it. Forward hooks on every convolution and linear
+    layer of the backend's own network record the dtype each computed in during the loop's real training steps:
+    all of them in 16 bits at bf16 and fp16 (autocast around the whole network, not only its last layer), and the
+    epoch's row says the dtype they observed. Before any step the backend knows of no dtype: it is read, not
+    assumed from the setting."""
+    from trainables.loop import Devices, TrialLoop
+
+    cfg = TrialConfig(framework="pytorch", model="resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.05,
+                      data="synthetic", steps_per_epoch=2, warmup_steps=0, precision=precision)
+    loop = TrialLoop(cfg, Devices.of(["0"], emulated=True), None)
+    assert loop.backend.compute_dtype() is None
+    seen: list[torch.dtype] = []
+    layers = [m for m in loop.backend.net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    for layer in layers:
+        layer.register_forward_hook(lambda _module, _inputs, out: seen.append(out.dtype))
+    row = loop.run_epoch(0)
+    assert len(layers) >= 8 and len(seen) >= 2 * len(layers)  # every layer, in each of the two steps
+    assert set(seen) == {dtype}
+    assert row["computed_precision"] == precision
 
 
 def test_a_trial_on_several_gpus_refuses_to_run_as_one_process() -> None:

@@ -1,6 +1,7 @@
 """The report's table functions on small frames built here (issue 40): the precision table, one column order in
-every group, each figure's standard error, and the noise verdict of a run-vs-run ratio. Pure arithmetic: the
-engine-made runs that exercise the same code end to end are in tests/test_report_runs.py."""
+every group, each figure's standard error, and the noise verdict of a run-vs-run ratio. Pure arithmetic; and the
+same arithmetic on the rows the engine wrote in conftest's shared runs (engine_runs), whose right figures the
+rows' own measurements give (issue 46). More engine-made runs, end to end: tests/test_report_runs.py."""
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ import statistics
 
 import pandas as pd
 import pytest
+from conftest import EngineRuns
 
 from sweep import report
 from sweep.report import compare, figures, tables
@@ -133,3 +135,37 @@ def test_trials_that_differ_in_their_loader_workers_are_not_pooled_into_one_cell
     labels = figures.group_labels(frame, figures.SPEED_KEY)
     assert labels.nunique() == 2 and labels.str.contains("loader_workers=1").iloc[0]
     assert list(figures.in_speed_order(frame.iloc[::-1], then=[])["loader_workers"]) == [1, 4]
+
+
+def test_speedup_and_efficiency_of_an_engine_made_run_are_its_measured_rates_ratios(engine_runs: EngineRuns) -> None:
+    """Issue 46: the report's efficiency was checked by slow tests only. The engine's run 1 (tiny_mxnet on 1 and 2
+    emulated GPUs, one epoch each), read with plain pandas: each epoch row's images/s counts every device's images
+    (steps x batch per GPU x GPUs over the epoch's time), each trial's steady rate is its epoch's, and the report's
+    speedup(2) is rate(2) / rate(1), efficiency speedup / 2, in figures.scaling and in the throughput table alike.
+    Run 0's 2-GPU trial was infeasible: its cells say so, and no speedup is made up for it."""
+    run_dir = engine_runs.run_dir(1)
+    trials, epochs = pd.read_parquet(run_dir / "trials"), pd.read_parquet(run_dir / "epochs")
+    assert sorted(trials.num_gpus) == [1, 2] and set(trials.status) == {"completed"}
+    for row in epochs.itertuples():
+        assert row.images_per_sec * row.epoch_time_s == pytest.approx(row.steps * row.batch_per_gpu * row.num_gpus,
+                                                                      rel=1e-9)
+    rate = {int(r.num_gpus): r.steady_images_per_sec for r in trials.itertuples()}
+    assert rate == {int(r.num_gpus): r.steady_images_per_sec for r in epochs.itertuples()}  # one epoch each
+    speedup = rate[2] / rate[1]
+
+    run = report.load_run(run_dir)
+    long = figures.scaling(figures.trial_figures(run.trials, run.epochs)).set_index("num_gpus")
+    assert list(long.baseline) == ["ok", "ok"] and long.loc[1, "speedup"] == 1.0
+    assert long.loc[1, "images_per_sec"] == rate[1] and long.loc[2, "images_per_sec"] == rate[2]
+    assert long.loc[2, "speedup"] == pytest.approx(speedup, rel=1e-12)
+    assert long.loc[2, "efficiency"] == pytest.approx(speedup / 2, rel=1e-12)
+    (column,) = tables.throughput_table(long.reset_index()).frame.columns
+    table = tables.throughput_table(long.reset_index()).frame[column]
+    assert table[("images/s", 2)] == rate[2] and table[("speedup", 1)] == 1.0
+    assert table[("speedup", 2)] == pytest.approx(speedup, rel=1e-12)
+    assert table[("efficiency", 1)] == 1.0 and table[("efficiency", 2)] == pytest.approx(speedup / 2, rel=1e-12)
+
+    first = report.load_run(engine_runs.run_dir(0))
+    cells = figures.scaling(figures.trial_figures(first.trials, first.epochs)).set_index("num_gpus")
+    assert cells.loc[2, "status"] == "infeasible" and cells.loc[2, "trials"] == 0
+    assert math.isnan(cells.loc[2, "speedup"]) and math.isnan(cells.loc[2, "efficiency"])

@@ -11,7 +11,7 @@ from typing import Callable
 
 import pandas as pd
 import pytest
-from conftest import ROOT, SWEEPS, TINY, EngineRuns, copy_run, run_cli
+from conftest import HANG_S, ROOT, SETS, SWEEPS, TINY, EngineRuns, copy_run, run_cli
 
 from sweep import spec, store
 from sweep.errors import StoreError
@@ -185,6 +185,58 @@ def test_compaction_keeps_every_row_once_and_a_replay_still_replaces(engine_runs
     plain = pd.read_parquet(run.epochs_dir)  # the documented one-liner on a finished run: each row once
     assert sorted(zip(plain.trial_id, plain.epoch)) == sorted([(a["trial_id"], 0), (b["trial_id"], 0), (b["trial_id"], 1)])
     assert plain.set_index(["trial_id", "epoch"]).loc[(a["trial_id"], 0), "images_per_sec"] == replay["images_per_sec"]
+
+
+def test_a_resume_lists_only_the_trials_without_a_row(engine_runs: EngineRuns, tmp_path: Path) -> None:
+    """Issue 46: a resume that trained finished trials again was caught by slow tests only. What a resume will run,
+    without Ray (launch.prepare, the run's checks before Ray starts), on a copy of the engine's run 0: its 1-GPU
+    trial completed, its 2-GPU trial infeasible. --retry-failed lists the infeasible one and only it; without it
+    the run is finished and nothing is resumed."""
+    from sweep import cli, launch
+    from sweep.errors import UsageError
+
+    results = tmp_path / "results"
+    copy_run(engine_runs, 0, results)
+    run_id, rows = engine_runs.run_ids[0], engine_runs.trials(0)
+    assert sorted(rows.status) == ["completed", "infeasible"]
+    prepared = launch.prepare(cli.parse([TINY, *SETS, "--results", str(results), "--resume", run_id, "--retry-failed"]))
+    assert sorted(t.trial_id for t in prepared.all_trials) == sorted(rows.index)
+    assert [t.trial_id for t in prepared.trials] == list(rows.index[rows.status == "infeasible"])
+    with pytest.raises(UsageError, match="is finished: nothing to resume"):
+        launch.prepare(cli.parse([TINY, *SETS, "--results", str(results), "--resume", run_id]))
+
+
+@pytest.fixture(scope="module")
+def resumed(engine_runs: EngineRuns, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
+    """A copy of the engine's run 0 resumed by the engine with --retry-failed (its infeasible 2-GPU trial now fits
+    the default four emulated GPUs): (the run's folder, its trial rows before and after, as {trial: row})."""
+    results = tmp_path_factory.mktemp("resumed") / "results"
+    run = store.RunStore(copy_run(engine_runs, 0, results))
+    before = {"trials": run.trials().set_index("trial_id"), "epochs": run.epochs().set_index(["trial_id", "epoch"]),
+              "attempts": {t: run.attempts(t) for t in run.meta.trials}}
+    out = run_cli(TINY, *SETS, "--results", str(results), "--resume", engine_runs.run_ids[0], "--retry-failed",
+                  timeout=HANG_S)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run = store.RunStore(run.dir)
+    after = {"trials": run.trials().set_index("trial_id"), "epochs": run.epochs().set_index(["trial_id", "epoch"]),
+             "attempts": {t: run.attempts(t) for t in run.meta.trials}}
+    return run.dir, before, after
+
+
+@pytest.mark.slow  # an engine run of its own (the resume): ~30 s
+def test_a_resume_runs_no_finished_trial_again(resumed: tuple[Path, dict, dict]) -> None:
+    """The engine's resume, end to end: the completed trial is not started again (its attempts stay 1) and none
+    of its rows is rewritten (its summary and epoch rows are as they were, to the timestamp); the retried trial ran
+    once and now has its rows."""
+    _, before, after = resumed
+    trials = before["trials"]
+    done = trials.index[trials.status == "completed"][0]
+    retried = trials.index[trials.status == "infeasible"][0]
+    assert before["attempts"] == {done: 1, retried: 0} and after["attempts"] == {done: 1, retried: 1}
+    pd.testing.assert_series_equal(after["trials"].loc[done], trials.loc[done])
+    pd.testing.assert_frame_equal(after["epochs"].loc[[done]], before["epochs"].loc[[done]])
+    assert after["trials"].loc[retried, "status"] == "completed" and after["trials"].loc[retried, "attempts"] == 1
+    assert len(after["epochs"].loc[[retried]]) == 1
 
 
 @pytest.mark.slow

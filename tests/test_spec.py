@@ -128,10 +128,11 @@ def test_cifar10_conv_matches_seed_002() -> None:
 
 def test_tf_cnn_benchmarks_matches_seed_004() -> None:
     trials = spec.load("tf_cnn_benchmarks").trials("full")
-    assert len(trials) == 2 * 2 * 2 * 4 * 3  # model x data x batch x GPUs x (MXNet, TF replicated, TF PS)
+    assert len(trials) == 2 * 3 * 2 * 4 * 3  # model x data x batch x GPUs x (MXNet, TF replicated, TF PS)
     assert Counter((t.framework, t.variable_update) for t in trials) == {
-        ("mxnet", "replicated"): 32, ("tensorflow", "replicated"): 32, ("tensorflow", "parameter_server"): 32}
-    assert axis(trials, "model") == {"resnet50_v1", "inception_v3"} and axis(trials, "data") == {"synthetic", "cifar10"}
+        ("mxnet", "replicated"): 48, ("tensorflow", "replicated"): 48, ("tensorflow", "parameter_server"): 48}
+    assert axis(trials, "model") == {"resnet50_v1", "inception_v3"}
+    assert axis(trials, "data") == {"synthetic", "cifar10", "imagenet"}
     assert axis(trials, "batch_per_gpu") == {32, 64} and axis(trials, "num_gpus") == {1, 2, 4, 8}
     assert axis(trials, "warmup_steps") == {10} and axis(trials, "steps_per_epoch") == {110}
 

@@ -14,7 +14,9 @@ the failed step's error and the CUDA version the build predates the GPU by (MXNe
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -69,6 +71,13 @@ class FrameworkCheck:
     arch: str | None = None  # its architecture, sm_XY
     device: str | None = None  # what the step trained on: gpu or cpu-emulated
     seconds: float | None = None  # how long the check took on the node
+    # Why `decode: gpu` cannot run here (PyTorch without an importable torchvision), None where it can or the
+    # framework has no GPU decode (sweep/spec.py refuses the setting for those).
+    no_gpu_decode: str | None = None
+    zoos: tuple[str, ...] | None = None  # the model zoos that import here (zoo.ZOOS), None where the check did not say
+    # The sweep's models named outside the engine's zoo that this framework cannot train here, each as
+    # {"model", "message" (one line), "known" (an unknown zoo name: the zoo's names, for the close ones)}.
+    model_problems: tuple[dict, ...] = ()
 
 
 def cuda_in_name(package: str) -> str | None:
@@ -155,39 +164,41 @@ def interpreter_problem(command: str, ray_version: str, python_version: str, lev
     return None
 
 
-def _child_env() -> dict[str, str]:
-    """The child imports the same trainables as this process, wherever Ray found them."""
+def _child_env(code: str | None = None) -> dict[str, str]:
+    """The child imports the same trainables as this process, wherever Ray found them, and the user's models'
+    code from `code` (run --code DIR, for a check outside Ray; Ray's tasks have it on PYTHONPATH already)."""
     root = str(Path(__file__).resolve().parent.parent)
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, code, os.environ.get("PYTHONPATH")) if p)}
 
 
 def _death(code: int) -> str:
     return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
-def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | None = None) -> FrameworkCheck:
+def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | None = None,
+          models: tuple[tuple[str, int], ...] = (), code: str | None = None) -> FrameworkCheck:
     """The check on this node: in a Ray task, on the GPU Ray gave it (CUDA_VISIBLE_DEVICES holds it); outside
-    Ray, on gpu_id, which its process alone sees, as a Ray task's would."""
+    Ray, on gpu_id, which its process alone sees, as a Ray task's would. models: the sweep's (name, image side)
+    named outside the engine's zoo, each built and run forward once (a zoo's or the user's own, docs/models.md);
+    code: a folder of the user's models to import from (a check outside Ray)."""
     t0 = time.time()
     ids = [gpu_id] if gpu_id is not None else _visible_gpus()
-    env = _child_env() if gpu_id is None else {**_child_env(), "CUDA_VISIBLE_DEVICES": gpu_id}
+    env = _child_env(code) if gpu_id is None else {**_child_env(code), "CUDA_VISIBLE_DEVICES": gpu_id}
     if emulated is None:  # a joined cluster: each node tells for itself
         emulated = environment.real_gpu_count() == 0
     gpu = environment.gpu_architecture(int(ids[0])) if ids and not emulated else None
     base = {"node_id": node_id, "framework": framework, "hostname": platform.node(), "python": sys.executable,
             "gpu": gpu[0] if gpu else None, "arch": gpu[1] if gpu else None,
             "device": "cpu-emulated" if emulated else "gpu"}
-    said: dict[str, object] = {}
-    try:
-        out = subprocess.run([sys.executable, "-m", "trainables.probe", framework, ids[0] if ids else "0",
-                              "1" if emulated else "0"], capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
-                             env=env)
-        for line in out.stdout.splitlines():
-            if line.startswith(PREFIX):
-                said.update(json.loads(line[len(PREFIX):]))
-        died = None if out.returncode == 0 else f"{_death(out.returncode)}: {_last_line(out.stderr)}"
-    except subprocess.TimeoutExpired:
-        died = f"no answer within {STEP_TIMEOUT_S} s"
+    command = [sys.executable, "-m", "trainables.probe", framework, ids[0] if ids else "0", "1" if emulated else "0",
+               json.dumps(models)]
+    kept = None if models or code else _kept_check(framework, command, env)
+    if kept is not None and kept.exists():
+        said, died = json.loads(kept.read_text()), None
+    else:
+        said, died = _probe(command, env)
+        if kept is not None and died is None and said.get("step") == "ok":  # only a passing check is kept
+            _keep(kept, said)
     build = Build(**{**said["build"], "archs": tuple(said["build"]["archs"] or ()) or None}) if "build" in said else None
     reason: str | None
     if build is None:
@@ -202,7 +213,61 @@ def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | Non
             TrialError("ProcessDied", died, "") if died else None)
         reason = verdict(framework, build, gpu, error)
     return FrameworkCheck(**base, ok=reason is None, reason=reason, version=build.version if build else None,
-                          cuda=build.cuda if build else None, seconds=round(time.time() - t0, 1))
+                          cuda=build.cuda if build else None, seconds=round(time.time() - t0, 1),
+                          no_gpu_decode=said.get("no_gpu_decode"),
+                          zoos=tuple(said["zoos"]) if "zoos" in said else None,
+                          model_problems=tuple(said.get("model_problems", ())))
+
+
+def _probe(command: list[str], env: dict[str, str]) -> tuple[dict[str, object], str | None]:
+    """The child's run: what it said (its PREFIX lines), and how it died, None where it exited 0."""
+    said: dict[str, object] = {}
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, env=env)
+        for line in out.stdout.splitlines():
+            if line.startswith(PREFIX):
+                said.update(json.loads(line[len(PREFIX):]))
+        died = None if out.returncode == 0 else f"{_death(out.returncode)}: {_last_line(out.stderr)}"
+    except subprocess.TimeoutExpired:
+        died = f"no answer within {STEP_TIMEOUT_S} s"
+    return said, died
+
+
+# A folder where passing checks are kept for the rest of a test run: the test suite sets it (tests/conftest.py), so
+# that its hundreds of engine runs do not check the same framework build in the same interpreter again each time
+# (2.4 s each). A run outside the tests checks every time.
+KEPT_CHECKS = "SWEEP_KEPT_CHECKS"
+MODULES = {"pytorch": "torch"}  # each framework's top-level module, where its name is not the framework's
+_VARYING = ("RAY_", "PYTEST_")  # environment variables that differ between two runs of the same check
+
+
+def _kept_check(framework: str, command: list[str], env: dict[str, str]) -> Path | None:
+    """Where a passing check's result is kept under KEPT_CHECKS, None where that is not set. Its name holds all
+    that could change the result: this host, the interpreter and the child's arguments (the command), the
+    framework's installed files (where its package is, and when that was written: a reinstall is another build),
+    and the child's environment (a test breaks a framework through it). Found without importing the framework."""
+    folder = os.environ.get(KEPT_CHECKS)
+    if not folder:
+        return None
+    try:
+        spec = importlib.util.find_spec(MODULES.get(framework, framework))
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not os.path.exists(spec.origin):
+        return None
+    environ = sorted((k, v) for k, v in env.items() if not k.startswith(_VARYING))
+    key = json.dumps([platform.node(), command, spec.origin, os.stat(spec.origin).st_mtime_ns, environ])
+    return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+
+
+def _keep(kept: Path, said: dict[str, object]) -> None:
+    """Written whole (checks of several nodes may end at once); a folder that cannot take it keeps nothing."""
+    part = kept.with_name(f"{kept.name}.{os.getpid()}-{time.time_ns()}.part")
+    try:
+        part.write_text(json.dumps(said))
+        part.replace(kept)
+    except OSError:
+        part.unlink(missing_ok=True)
 
 
 def _visible_gpus() -> list[str]:
@@ -235,6 +300,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps(asdict(check(argv[1], "local", None, first_gpu()))), flush=True)
         return 0
     framework, gpu_id, emulated = argv[0], argv[1], argv[2] == "1"
+    models = [tuple(m) for m in json.loads(argv[3])] if len(argv) > 3 else []
     devices = Devices.of([gpu_id], emulated)  # before the framework loads: it reads CUDA_VISIBLE_DEVICES once
     try:
         backend = importlib.import_module(f"trainables.{framework}.backend")
@@ -253,7 +319,38 @@ def main(argv: list[str]) -> int:
         _say(step_error=[error.error_type, error.message, error.error_class])
         return 0
     _say(step="ok")
+    check_models(framework, models)
+    if framework == "pytorch":
+        _say(no_gpu_decode=gpu_decode_problem())
     return 0
+
+
+def check_models(framework: str, models: list[tuple[str, int]]) -> None:
+    """Say the zoos this framework has here, and each named model's problem: one that does not build or give one
+    logit per class is refused before any trial (sweep/checks.py: model_refusal)."""
+    from trainables import zoo
+
+    module = importlib.import_module(f"trainables.{framework}.models")
+    _say(zoos=module.zoos())
+    problems = []
+    for name, image_size in models:
+        try:
+            module.check_named(name, image_size, zoo.NUM_CLASSES)
+        except zoo.ModelError as e:
+            problems.append({"model": name, "message": str(e), "known": e.known})
+        except Exception as e:  # noqa: BLE001 - what the framework raised about the model, in one line
+            error = trial_error(e)
+            problems.append({"model": name, "message": f"model {name}: {error}", "known": None})
+    _say(model_problems=problems)
+
+
+def gpu_decode_problem() -> str | None:
+    """Why this interpreter cannot decode JPEGs on the GPU as `decode: gpu` does (torchvision.io.decode_jpeg), or None."""
+    try:
+        importlib.import_module("torchvision.io").decode_jpeg  # by name: the engine's modules import no framework
+    except Exception as e:  # noqa: BLE001 - not installed, or built for another torch ("operator torchvision::nms does not exist")
+        return f"torchvision cannot be imported here ({type(e).__name__}: {first_line(str(e))})"
+    return None
 
 
 if __name__ == "__main__":

@@ -55,6 +55,13 @@ def build() -> Build:
                  gpus=mx.context.num_gpus() if gpu else 0)
 
 
+def _dtype_name(dtype: Any) -> str:
+    """A dtype's name as the other frameworks spell it. MXNet's bfloat16 is a numpy record of one uint16 field
+    named bfloat16 (numpy has no bfloat16): its field's name."""
+    found = np.dtype(dtype)
+    return found.names[0] if found.names else found.name
+
+
 class Backend:
     layout = "NCHW"
     put_ahead = False  # MXNet's Python front end is not thread-safe: put() stays on the training thread
@@ -64,20 +71,23 @@ class Backend:
     framework_cuda_version = cuda_in_name("mxnet") if mx.runtime.Features().is_enabled("CUDA") else None
     framework_cudnn_version = None
 
-    def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
+    def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> None:
         mx.random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         on_gpu = devices.kind == "gpu"
         _set_tf32(cfg.precision != "fp32")
         _init_amp(cfg.precision)
         self.precision, self.on_gpu = cfg.precision, on_gpu
+        self.computed: str | None = None  # the dtype the last training step's network produced (compute_dtype)
         self.ctx = [mx.gpu(i) if on_gpu else mx.cpu(i) for i in range(devices.count)]
         self.image_size = image_size
         self.batch_per_gpu = cfg.batch_per_gpu
-        self.net = models.build(cfg.model, image_size)
+        self.net = models.build(cfg.model, image_size, num_classes)
         scale = zoo.UNIFORM_INIT.get(cfg.model)
         init = mx.init.Uniform(scale) if scale else mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)
         self.net.initialize(init, ctx=self.ctx)
+        if zoo.named(cfg.model):  # a block that initialised some parameters itself keeps them, copied to every device
+            self.net.collect_params().reset_ctx(self.ctx)
         self.net.hybridize(static_alloc=True, static_shape=True)
         # dist_sync: the servers sum the workers' gradients and each worker updates its own copy, so the
         # optimizer state is local and a checkpoint holds it. dist_async: MXNet updates on the servers,
@@ -114,6 +124,14 @@ class Backend:
         ctx = self.ctx[:max(1, min(len(x), len(self.ctx)))]
         xs = gluon.utils.split_and_load(x, ctx, even_split=False)
         ys = gluon.utils.split_and_load(y.astype(np.float32), ctx, even_split=False)
+        return [self._resize(part) for part in xs], ys
+
+    def put_loaded(self, x: mx.nd.NDArray, y: mx.nd.NDArray) -> Any:
+        """A batch of MXNet's input pipeline (trainables/mxnet/input.py: ImageRecordIter's NCHW float32 images and
+        float32 labels, in host memory) split over the devices, as put() splits a numpy batch."""
+        ctx = self.ctx[:max(1, min(x.shape[0], len(self.ctx)))]
+        xs = gluon.utils.split_and_load(x, ctx, even_split=False)
+        ys = gluon.utils.split_and_load(y, ctx, even_split=False)
         return [self._resize(part) for part in xs], ys
 
     def synthetic(self) -> Any:
@@ -158,6 +176,7 @@ class Backend:
         with autograd.record():
             outs = [self.net(x) for x in xs]
             losses = [self.loss(o, y) for o, y in zip(outs, ys)]
+            self.computed = _dtype_name(outs[0].dtype)  # what the layers handed on: the rows' computed_precision
             if self.loss_scaling:
                 with amp.scale_loss(losses, self.trainer) as scaled:
                     losses_to_backward = scaled
@@ -188,9 +207,10 @@ class Backend:
         return {"layout": self.layout, "tf32_allowed": self.on_gpu and self.precision != "fp32",
                 "loss_scale": float(self.trainer._amp_loss_scaler.loss_scale) if self.loss_scaling else None}
 
-    def compute_dtype(self) -> str:
-        """amp's target dtype in this process (it rewrote every operator it covers, convolutions first), else float32."""
-        return (_amp_dtype[0] if _amp_dtype else None) or "float32"
+    def compute_dtype(self) -> str | None:
+        """The dtype of the network's output in the last training step, as computed (amp's rewritten operators hand
+        on its target dtype, else float32); None before the first step. Read off the step, not off the setting."""
+        return self.computed
 
     def device_peak_mib(self) -> list[float] | None:
         return self.memory.peak_mib() if self.memory else None

@@ -249,9 +249,10 @@ class Backend:
                 "tf32_allowed": self.on_gpu and torch.backends.cuda.matmul.allow_tf32,
                 "loss_scale": float(self.scaler.get_scale()) if self.scaler else None}
 
-    def compute_dtype(self) -> str:
-        """The dtype the last forward pass produced: autocast's where it ran, float32 where it did not."""
-        return str(self.computed).removeprefix("torch.")
+    def compute_dtype(self) -> str | None:
+        """The dtype the last forward pass produced: autocast's where it ran, float32 where it did not; None before
+        the first."""
+        return str(self.computed).removeprefix("torch.") if self.computed is not None else None
 
     def device_peak_mib(self) -> list[float] | None:
         """This process's GPU: the peak its allocator held (a trial's rows list one per rank)."""

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf  # before keras: where TensorFlow is missing, the framework check names it, not keras
 import keras  # noqa: E402,I001
 
+from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.loop import Devices
 from trainables.probe import Build
@@ -41,7 +42,7 @@ class Backend:
     framework_cuda_version = tf.sysconfig.get_build_info().get("cuda_version")  # absent from a CPU build
     framework_cudnn_version = tf.sysconfig.get_build_info().get("cudnn_version")
 
-    def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None:
+    def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> None:
         self.parameter_server = cfg.variable_update == "parameter_server"
         emulated = devices.kind != "gpu"
         if emulated and cfg.gpus_per_node > 1 and (cfg.nodes > 1 or self.parameter_server):
@@ -60,13 +61,14 @@ class Backend:
         tf.config.experimental.enable_tensor_float_32_execution(cfg.precision != "fp32")
         keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
         self.precision = cfg.precision
+        self.computed: str | None = None  # the dtype the training step's model produced (compute_dtype)
         self.devices = devices
         self.image_size = image_size
         self.batch_per_gpu = cfg.batch_per_gpu
         self.nodes = cfg.nodes
         self.strategy = self._strategy(cfg, devices)
         with self.strategy.scope():
-            self.model = models.build(cfg.model, image_size)
+            self.model = models.build(cfg.model, image_size, num_classes)
             self.sgd = keras.optimizers.SGD(learning_rate=cfg.lr, momentum=cfg.momentum)
             # fp16: dynamic loss scaling (Keras' default: from 2^15, halved on a non-finite gradient, which
             # skips that update, doubled after 2,000 finite steps).
@@ -85,7 +87,11 @@ class Backend:
             """Forward and backward of one replica: what XLA compiles when `compile` is on. The gradient
             all-reduce and the update stay outside it, in the strategy's cross-replica code."""
             with tf.GradientTape() as tape:
-                logits = tf.cast(model(x, training=True), tf.float32)  # the loss in fp32 under every policy
+                computed = model(x, training=True)
+                # The dtype the layers handed on, as this step's graph computes it (read as the step is traced:
+                # a graph's dtypes are fixed): the rows' computed_precision, observed rather than the policy's.
+                self.computed = computed.dtype.name
+                logits = tf.cast(computed, tf.float32)  # the loss in fp32 under every policy
                 per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
                 loss = tf.reduce_sum(per_example) / update_batch
                 if scaled:
@@ -141,9 +147,9 @@ class Backend:
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
         return tf.distribute.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(n)])
 
-    def compute_dtype(self) -> str:
-        """The dtype the model's layers compute in: its Keras policy's (their output tensors are of it)."""
-        return self.model.compute_dtype
+    def compute_dtype(self) -> str | None:
+        """The dtype of the model's output in the training step as built (see `gradients`); None before the first."""
+        return self.computed
 
     def precision_columns(self) -> dict[str, Any]:
         """How the trial's arithmetic ran: the layout, whether TF32 was allowed on a GPU, the loss scale now."""
@@ -177,6 +183,11 @@ class Backend:
         # value_fn runs under each replica's device scope, so each slice lands on its own device.
         return self.strategy.experimental_distribute_values_from_function(
             lambda ctx: self._on_replica(ctx, lambda i: tuple(tf.constant(a) for a in parts[i])))
+
+    def put_loaded(self, x: tf.Tensor, y: tf.Tensor) -> Any:
+        """A batch of TensorFlow's input pipeline (trainables/tensorflow/input.py: NHWC float32 images and int32
+        labels, host tensors that tf.data prefetched) over this worker's replicas, as put() splits a numpy batch."""
+        return self.put(x.numpy(), y.numpy())
 
     def _on_replica(self, ctx: tf.distribute.experimental.ValueContext, make: Any) -> Any:
         """make(i) on this worker's i-th device. value_fn runs under no device scope of its own: without
