@@ -10,8 +10,10 @@ For each session that recorded its plan (run.json), the makespan is replayed too
 in its order on its cluster (sweep/packing.py), each lasting its replayed estimate plus the start-up gap
 learnt before it, against the makespan it took; the makespan the session itself estimated is shown beside.
 Prints a line per run, then the median |error| by source (measured: earlier runs of the same trial;
-model: the model's cost at the measured rate) and overall. Runs whose trials had no earlier run on their
-hardware get no estimate (source "none").
+model: the model's cost at the measured rate) and overall, and how often the stated range held: an
+estimate of s seconds +-u states s / (1 + u) to s x (1 + u), and it held when the trial's wall time lay
+in it (`held`: of the trials whose estimate stated a range; those with "error unknown" state none). Runs
+whose trials had no earlier run on their hardware get no estimate (source "none").
 
 SWEEP: only these sweeps' runs are replayed (the history they learn from is still the whole store).
 """
@@ -24,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweep import location, store
-from sweep.estimates import (Estimator, Hardware, History, config_of, estimated_sessions, hardware_of, measurements, session_gaps,
-                             simulated_makespan, sweep_names)
+from sweep.estimates import (Estimator, Hardware, History, config_of, estimated_sessions, hardware_of, measurements, off_by,
+                             session_gaps, simulated_makespan, sweep_names)
 from sweep.store import RunMeta
 
 
@@ -66,9 +68,11 @@ def main() -> None:
         sys.exit(f"no runs under {args.results}")
 
     errors: dict[str, list[float]] = {"measured": [], "model": []}
+    held: dict[str, list[bool]] = {"measured": [], "model": []}  # per trial with a stated range: did it hold
+    unranged = 0
     makespans: list[tuple[float, float, float | None]] = []  # (replayed, taken, recorded)
     print(f"{'sweep':<22} {'run':<22} {'trials':>6} {'measured':>9} {'model':>6} {'none':>5} {'|error|':>8} "
-          f"{'bias':>6} {'worst':>6}  makespan replayed / taken (recorded)")
+          f"{'bias':>6} {'worst':>6} {'held':>6}  makespan replayed / taken (recorded)")
     for i, run in enumerate(runs):
         if args.sweeps and run.meta.sweep not in args.sweeps:
             continue
@@ -78,6 +82,7 @@ def main() -> None:
         found = measurements(run.rows)
         by_source: dict[str, list[float]] = {"measured": [], "model": [], "none": []}
         signed = []
+        ranges = []
         estimators: dict[Hardware, Estimator] = {}
 
         def estimator_for(hardware: Hardware) -> Estimator:  # one per hardware: each fits its model once
@@ -94,6 +99,11 @@ def main() -> None:
             by_source[guess.source].append(abs(error))
             errors[guess.source].append(abs(error))
             signed.append(error)
+            if guess.uncertainty is None:
+                unranged += 1
+            else:
+                ranges.append(off_by(guess.seconds, m.wall_s) <= guess.uncertainty + 1e-9)
+                held[guess.source].append(ranges[-1])
         spans = []
         for session in estimated_sessions(run.meta, run.rows):
             hardware = hardware_of(next(iter(session.rows.values()))) if session.rows else None
@@ -109,17 +119,28 @@ def main() -> None:
         absolute = [abs(e) for e in signed]
         print(f"{run.meta.sweep:<22} {run.meta.run_id:<22} {len(found):>6} {len(by_source['measured']):>9} "
               f"{len(by_source['model']):>6} {len(by_source['none']):>5} {_pct(absolute):>8} "
-              f"{(f'{statistics.median(signed):+.0%}' if signed else '-'):>6} {(f'{max(absolute):.0%}' if absolute else '-'):>6}"
+              f"{(f'{statistics.median(signed):+.0%}' if signed else '-'):>6} {(f'{max(absolute):.0%}' if absolute else '-'):>6} {_share(ranges):>6}"
               f"  {'; '.join(spans) or '-'}")
 
     every = errors["measured"] + errors["model"]
     print(f"\ntrial estimates: median |error| {_pct(every)} over {len(every)} trials; measured {_pct(errors['measured'])} "
           f"(n={len(errors['measured'])}), model {_pct(errors['model'])} (n={len(errors['model'])})")
+    ranged = held["measured"] + held["model"]
+    print(f"stated ranges held for {_percent(ranged)} of the {len(ranged)} trials that had one (measured "
+          f"{_share(held['measured'])}, model {_share(held['model'])}); {unranged} estimates stated no range (error unknown)")
     if makespans:
         replay = [abs(a - b) / b for a, b, _ in makespans]
         recorded = [abs(c - b) / b for _, b, c in makespans if c is not None]
         print(f"makespans: replayed median |error| {_pct(replay)} over {len(replay)} sessions; "
               f"as the sessions estimated them {_pct(recorded)} (n={len(recorded)})")
+
+
+def _share(held: list[bool]) -> str:
+    return f"{sum(held)}/{len(held)}" if held else "-"
+
+
+def _percent(held: list[bool]) -> str:
+    return f"{sum(held) / len(held):.0%}" if held else "-"
 
 
 def _recorded(seconds: float | None) -> str:

@@ -2,22 +2,25 @@
 
 An estimate comes from the store's earlier runs on the same hardware (every sweep under --results):
   measured  the same trial (its id hashes its whole config) completed before on this hardware: the
-            median of those wall times; uncertainty: their spread (max |x - median| / median), or with
-            one run the spread repeated trials showed on this hardware.
+            median of those wall times; uncertainty: the +-u that holds every one of them (median / (1 + u)
+            to median x (1 + u)), at least the one that held for 9 in 10 of the trials repeated on this
+            hardware (with one run, that one).
   model     otherwise its model's cost (FLOPs x images / GPUs, `model_cost`) at the rate the earlier
             trials on this hardware trained with its arithmetic (framework, precision, compiler: an fp16
             trial is not timed like its tf32 twin) on one node or across nodes as it runs (across nodes,
-            gradients cross the network; where none such was measured, a wider class's rate, and the
-            basis says so), plus the time such trials (framework, compiled or not, one node or several)
-            took beyond training at that rate (start-up, warm-up, compiling the step, validation,
-            checkpoints: a fixed cost per trial, not one per image); uncertainty: that model's own error
-            on those trials, each predicted from the others (leave one out).
+            gradients cross the network) on its number of GPUs (they share a node's cores and links; where
+            none such was measured, a wider class's rate, and the basis says so), plus the time such trials
+            (framework, compiled or not, one node or several, its GPUs) took beyond training at that rate
+            (start-up, warm-up, compiling the step, validation, checkpoints: a fixed cost per trial, not one
+            per image); uncertainty: the +-u within which that
+            model predicted 9 in 10 of those trials, each from the others (leave one out).
   none      no earlier run on this hardware: no time; trials are still ordered by relative cost.
 A measured trial's training is its images at its steady rate (the rows' steady_images_per_sec, warm-up
 steps left out), so that a compiled trial's compile time, ~30 s of a short trial's first epoch here, is
 its overhead and not a slower rate per image.
 Hardware is the device kind and model: the GPU model for GPUs (`NVIDIA H100 80GB HBM3` and Ray's `H100`
-name the same), the CPU model for emulated GPUs. Only trials that completed in one attempt count.
+name the same), the CPU model for emulated GPUs. Only trials that completed in one attempt count; one that
+ran more processes on a node than it had cores (`oversubscribed`) counts for trials of its GPU count only.
 A trial's wall time starts when Tune starts it; between one trial's end and the next one's start Tune
 takes its own time (placement groups, actors: seconds on a loaded machine). That gap per trial is learnt
 from the earlier sessions on the same hardware (`session_gaps`) and lengthens each trial in the
@@ -28,6 +31,7 @@ each estimate against the wall time the trial took, and the session's makespan a
 """
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections import Counter
@@ -46,6 +50,9 @@ from trainables.config import TrialConfig, field_names
 # Forward-pass GFLOPs per image at the model's default input size (published figures, rounded);
 # only ratios matter here. CIFAR ResNets scale with depth from resnet20's 0.041.
 GFLOPS = {"resnet50_v1": 4.1, "inception_v3": 5.7, "alexnet": 0.72, "cifar10_conv": 0.006}
+# A model named outside the engine's zoo (a zoo's, or the user's own) has no figure here: ResNet-50's, the
+# zoos' common size, until runs of it teach the estimates its own rate.
+UNKNOWN_GFLOPS = GFLOPS["resnet50_v1"]
 
 
 def model_cost(c: TrialConfig) -> float:
@@ -53,7 +60,7 @@ def model_cost(c: TrialConfig) -> float:
     default = zoo.default_image_size(c.model)
     side = c.image_size or default
     units = zoo.cifar_resnet_units(c.model)
-    per_image = 0.041 * (6 * units + 2) / 20 if units is not None else GFLOPS[c.model]
+    per_image = 0.041 * (6 * units + 2) / 20 if units is not None else GFLOPS.get(c.model, UNKNOWN_GFLOPS)
     per_image *= (side / default) ** 2
     return c.epochs * epoch_images(c) * per_image / c.num_gpus + 1e-3  # the GPUs share an epoch's images
 
@@ -113,6 +120,16 @@ class Measurement:
     wall_s: float  # the summary row's wall_time_s: start of the trial to its end
     train_s: float | None  # its epochs' training time (mean_epoch_time_s x epochs_done)
     steady_s: float | None = None  # its images at its steady rate: training less warm-up and compiling
+    host_rss_mib: float | None = None  # its process's peak resident memory (one of them for PyTorch on several GPUs)
+    # More processes than its node's cores: its time is evidence for trials of its GPU count only (`oversubscribed`).
+    crowded: bool = False
+
+    @property
+    def host_mib_per_gpu(self) -> float | None:
+        """Host memory per GPU: a DDP process each, or one process holding every GPU's replica (emulated GPUs)."""
+        if not self.host_rss_mib:
+            return None
+        return self.host_rss_mib if self.config.distributed else self.host_rss_mib / self.config.gpus_per_node
 
     @property
     def training_s(self) -> float | None:
@@ -140,8 +157,16 @@ def measurements(rows: list[dict[str, Any]]) -> list[Measurement]:
         if steady and train and steady > train:  # epochs of fewer images than the cost counts (a CIFAR-10 subset)
             steady = None
         out.append(Measurement(config, row["sweep"], row["run_id"], row["started_at"], hardware,
-                               row["wall_time_s"], train, steady))
+                               row["wall_time_s"], train, steady, row.get("peak_host_rss_mib"),
+                               oversubscribed(config, row.get("cpu_count"))))
     return out
+
+
+def oversubscribed(c: TrialConfig, cores: float | None) -> bool:
+    """More processes on a node than it has cores (64 emulated GPUs on 2 cores): they take turns, so the trial's
+    time says how many turns, not how fast its arithmetic trains; as evidence for trials of other GPU counts, one
+    such trial set the rate of every estimate after it (issue 44). It is evidence for its own GPU count only."""
+    return cores is not None and c.processes_per_node > cores
 
 
 def sweep_names(results: Location) -> list[str]:
@@ -270,17 +295,20 @@ def arithmetic(c: TrialConfig) -> tuple[str, str, bool]:
 
 
 def rate_classes(c: TrialConfig) -> tuple[tuple, ...]:
-    """The measured trials whose rate a trial's is like, closest first: its arithmetic on one node or across nodes
-    as it runs (a step across nodes waits on the network), its arithmetic, its precision and compiler in any
-    framework, every trial."""
+    """The measured trials whose rate a trial's is like, closest first: its arithmetic on its number of GPUs and
+    nodes (GPUs share a node's cores, its host and its links: 1, 2 and 3 GPUs do not train an image each at one
+    rate), its arithmetic on one node or across nodes as it runs (a step across nodes waits on the network), its
+    arithmetic, its precision and compiler in any framework, every trial."""
     full = arithmetic(c)
-    return (*full, c.nodes > 1), full, full[1:], ()
+    return (*full, c.nodes > 1, c.num_gpus), (*full, c.nodes > 1), full, full[1:], ()
 
 
 def _rate_words(key: tuple) -> str:
     """A rate's class in words: `pytorch fp16 compiled across nodes`, `bf16` (any framework), `every trial`."""
     if not key:
         return "every trial"
+    if len(key) == 5:
+        return f"{_rate_words(key[:4])} on {key[4]} GPU{'s' if key[4] != 1 else ''}"
     if len(key) == 4:
         return f"{_rate_words(key[:3])} {'across nodes' if key[3] else 'on one node'}"
     *framework, precision, compiled = key
@@ -317,27 +345,33 @@ class CostFit:
         if not points:
             return None
         timed = [p for p in points if p.training_s] or points  # wall times only where no trial's training was timed
+        only_crowded = all(p.crowded for p in timed)  # then they are all there is to go on
         by_class: dict[tuple, list[float]] = {}
         for p in timed:
             per_unit = (p.training_s or p.wall_s) / model_cost(p.config)
-            for key in rate_classes(p.config):
+            for key in rate_classes(p.config)[:1] if p.crowded and not only_crowded else rate_classes(p.config):
                 by_class.setdefault(key, []).append(per_unit)
         fit = cls({key: statistics.median(values) for key, values in by_class.items()}, {}, 0.0)
+        only_crowded = all(p.crowded for p in points)
         beyond: dict[tuple, list[float]] = {}
         for p in points:
             seconds = max(0.0, p.wall_s - fit.rate(p.config)[0] * model_cost(p.config))
-            for key in overhead_classes(p.config):
+            for key in overhead_classes(p.config)[:1] if p.crowded and not only_crowded else overhead_classes(p.config):
                 beyond.setdefault(key, []).append(seconds)
         overhead = {key: statistics.median(values) for key, values in beyond.items()}
-        every = [v for key, values in beyond.items() if len(key) == 1 for v in values]
+        every = [v for key, values in beyond.items() if len(key) == 1 for v in values] or \
+            [v for values in beyond.values() for v in values]
         return cls(fit.rates, overhead, statistics.median(every))
 
 
 def overhead_classes(c: TrialConfig) -> tuple[tuple, ...]:
     """The trials whose time beyond training a trial's is like, closest first: its framework compiled or not as
     it is (XLA or torch.compile: tens of seconds before the first step) and across nodes or not (a worker, or
-    servers, to start on each node), then compiled or not, then its framework's."""
-    return (c.framework, c.compile, c.nodes > 1), (c.framework, c.compile), (c.framework,)
+    servers, to start on each node) on its number of GPUs (PyTorch starts a process for each: 5 s for 1 GPU,
+    15 s for 2, 28 s for 3 emulated ones on 2 cores), then the same on any number, then compiled or not, then
+    its framework's."""
+    return ((c.framework, c.compile, c.nodes > 1, c.num_gpus), (c.framework, c.compile, c.nodes > 1),
+            (c.framework, c.compile), (c.framework,))
 
 
 def _one_per_trial(found: Sequence[Measurement]) -> list[Measurement]:
@@ -348,9 +382,27 @@ def _one_per_trial(found: Sequence[Measurement]) -> list[Measurement]:
     return [sorted(ms, key=lambda m: m.wall_s)[(len(ms) - 1) // 2] for ms in by_trial.values()]
 
 
+# The share of past trials a stated range must have held: +-u is the least u that held for 9 in 10 of them.
+COVERED = 0.9
+
+
+def off_by(estimate: float, actual: float) -> float:
+    """How far off an estimate was, in its range's terms: the least u for which estimate / (1 + u) to
+    estimate x (1 + u) holds the actual (0.5: half again as long, or two thirds as long)."""
+    return max(estimate / actual, actual / estimate) - 1
+
+
 def _spread(values: Sequence[float]) -> float:
+    """The least u for which the median +-u holds every value."""
     middle = statistics.median(values)
-    return max(abs(v - middle) for v in values) / middle
+    return max(off_by(middle, v) for v in values)
+
+
+def _held(errors: Sequence[float]) -> float:
+    """The least u that held for COVERED of these errors (off_by each): a range, not a typical error, so that
+    the plan's ranges hold for most trials rather than for half of them."""
+    ranked = sorted(errors)
+    return ranked[max(0, math.ceil(COVERED * len(ranked)) - 1)]
 
 
 class Estimator:
@@ -367,16 +419,18 @@ class Estimator:
             self.walls.setdefault(m.config.trial_id, []).append(m.wall_s)
         points = _one_per_trial(self.found)
         self.fit = CostFit.of(points)
-        self.model_error = self._leave_one_out(points)
+        errors = self._leave_one_out(points)
+        self.model_error = statistics.median(errors) if errors else None  # the typical error, for the history line
+        self.model_range = _held(errors) if errors else None  # the range that held for 9 in 10: a guess's uncertainty
         spreads = [_spread(w) for w in self.walls.values() if len(w) > 1]
-        self.repeat_spread = statistics.median(spreads) if spreads else None
+        self.repeat_spread = _held(spreads) if spreads else None
         self.runs = len({(m.sweep, m.run_id) for m in self.found})
         self.measured_models = {(m.config.framework, m.config.model) for m in self.found}
 
     @staticmethod
-    def _leave_one_out(points: list[Measurement]) -> float | None:
-        """The model's median relative error on the measured trials, each predicted from the others: those whose
-        closest rate class (arithmetic, one node or across nodes) the others measured too, as a trial estimated at
+    def _leave_one_out(points: list[Measurement]) -> list[float]:
+        """The model's errors (off_by) on the measured trials, each predicted from the others: those whose
+        closest rate class (arithmetic, GPUs, one node or across nodes) the others measured too, as a trial estimated at
         its own class's rate is (one fp16 trial predicted at the tf32 trials' rate would count an error no such
         estimate makes)."""
         classes = Counter(rate_classes(p.config)[0] for p in points)
@@ -384,14 +438,15 @@ class Estimator:
         for i, p in enumerate(points):
             if classes[rate_classes(p.config)[0]] > 1:
                 fit = CostFit.of(points[:i] + points[i + 1:])
-                errors.append(abs(fit.predict(p.config) - p.wall_s) / p.wall_s)
-        return statistics.median(errors) if errors else None
+                errors.append(off_by(fit.predict(p.config), p.wall_s))
+        return errors
 
     def guess(self, trial: TrialConfig) -> Guess:
         walls = self.walls.get(trial.trial_id)
         if walls:
             n = len(walls)
-            spread = _spread(walls) if n > 1 else self.repeat_spread
+            # its own runs' spread, or wider: two runs that agreed by chance say little of the third
+            spread = max(_spread(walls), self.repeat_spread or 0.0) if n > 1 else self.repeat_spread
             how = (f"median of {n} earlier runs of this trial, spread +-{spread:.0%}" if n > 1 else
                    "1 earlier run of this trial" + (f"; repeats here vary +-{spread:.0%}" if spread is not None else ""))
             return Guess(statistics.median(walls), "measured", n, spread, how)
@@ -407,13 +462,15 @@ class Estimator:
                          f"{basis}, none of them {trial.framework} {trial.model} (error unknown)")
         _, measured_as = self.fit.rate(trial)
         closest = rate_classes(trial)[0]
-        if measured_as != closest:  # its precision, compiler or nodes ran at another speed than the trials measured
-            missing = closest if measured_as == closest[:3] else closest[:3]  # its nodes, or its arithmetic at all
+        if measured_as != closest:  # its precision, compiler, GPUs or nodes ran at another speed than those measured
+            # what was not measured: its GPU count, its nodes, or its arithmetic at all
+            missing = closest if measured_as == closest[:4] else closest[:4] if measured_as == closest[:3] else closest[:3]
             return Guess(self.fit.predict(trial), "model", trials, None,
                          f"{basis}, none of them {_rate_words(missing)}: at the rate of "
                          f"{_rate_words(measured_as)} (error unknown)")
-        error = f"; its error on them +-{self.model_error:.0%}" if self.model_error is not None else ""
-        return Guess(self.fit.predict(trial), "model", trials, self.model_error, basis + error)
+        error = (f"; within +-{self.model_range:.0%} for 9 in 10 of them, each predicted from the others"
+                 if self.model_range is not None else "")
+        return Guess(self.fit.predict(trial), "model", trials, self.model_range, basis + error)
 
 
 # --- estimates against what the trials took -----------------------------------------------------------

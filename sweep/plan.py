@@ -41,6 +41,7 @@ class Target:
     nodes: list[Node]
     hardware: Hardware
     description: str
+    memory_mib: float | None = None  # each node's host memory, where known (this machine's, for the embedded Ray)
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,14 @@ def _shape(nodes: Sequence[Node], emulated: bool) -> str:
             f"{' each' if len(nodes) > 1 else ''} and {count(nodes[0].cpus, 'CPU')}")
 
 
+def machine_memory_mib() -> float | None:
+    """This machine's physical memory: the embedded Ray's nodes all share it."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError):
+        return None
+
+
 def embedded_target(trials: Sequence[TrialConfig], emulate_gpus: int | None, emulated: bool) -> Target:
     """The embedded Ray `run` would start here for these trials, without starting it."""
     from trainables import environment
@@ -261,13 +270,15 @@ def embedded_target(trials: Sequence[TrialConfig], emulate_gpus: int | None, emu
     cpus = float(os.cpu_count() or 1)  # what Ray finds on this machine
     nodes = [Node(f"node-{i + 1}", "local", cpus, float(gpus)) for i in range(node_count)]
     why = " (no GPU found)" if emulated and not emulate_gpus else ""
-    return Target(nodes, machine_hardware(emulated), f"an embedded Ray as `run` would start it here: {_shape(nodes, emulated)}{why}")
+    return Target(nodes, machine_hardware(emulated), f"an embedded Ray as `run` would start it here: {_shape(nodes, emulated)}{why}",
+                  machine_memory_mib())
 
 
 def started_target(cluster: ray_cluster.Cluster, emulated: bool | None) -> Target:
     """The cluster a run has started or joined, as Ray reports its nodes."""
     if cluster.embedded:
-        return Target(cluster.nodes, machine_hardware(bool(emulated)), f"the embedded Ray: {_shape(cluster.nodes, bool(emulated))}")
+        return Target(cluster.nodes, machine_hardware(bool(emulated)), f"the embedded Ray: {_shape(cluster.nodes, bool(emulated))}",
+                      machine_memory_mib())
     hardware, note = cluster_hardware(cluster.nodes)
     return Target(cluster.nodes, hardware, f"the joined Ray cluster: {count(len(cluster.nodes), 'node')}, {note}")
 
@@ -339,7 +350,7 @@ def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, h
     plan = Plan(sweep=sweep.name, scale=scale, overrides=dict(sweep.overrides), cluster=target.description,
                 hardware=str(target.hardware), nodes=nodes, order=how, trials=trial_plans, max_concurrent=max_concurrent,
                 history=_history_line(estimator), model_error=estimator.model_error, last_run=last_run,
-                notes=_notes(trials, target),
+                notes=_notes(trials, target) + resource_warnings(trials, target, history),
                 environments={fw: environments.origin(fw, (envs or {}).get(fw))
                               for fw in dict.fromkeys(t.framework for t in trials)},
                 searches=[_search_plan(s, estimator, capacity_mib) for s in searches],
@@ -369,6 +380,49 @@ def _notes(trials: list[TrialConfig], target: Target) -> list[str]:
                 "the run unless MXNet gets an environment with a Hopper build (--env, environments:; docs/gpus.md), "
                 "or --skip-infeasible records its trials as infeasible"]
     return []
+
+
+def resource_warnings(trials: Sequence[TrialConfig], target: Target, history: History) -> list[str]:
+    """One line for each thing a node cannot give the trials at once, without refusing them: more processes than
+    its cores (they take turns: emulated GPUs on a laptop, the usual case; estimates.oversubscribed), more host
+    memory than it has (as measured per GPU by earlier runs of the model at that batch; it swaps, or is killed)."""
+    cores = min((n.cpus for n in target.nodes), default=math.inf)
+    out = []
+    crowded = [t for t in trials if estimates.oversubscribed(t, cores)]
+    if crowded:
+        worst = max(crowded, key=lambda t: t.processes_per_node)
+        out.append(f"warning: {_some(crowded)} run{'s' if len(crowded) == 1 else ''} up to "
+                   f"{worst.processes_per_node} processes (one per GPU) on a node of {count(int(cores), 'core')}: they take "
+                   "turns, far slower than GPUs would be, and their times are evidence for their own GPU counts only")
+    per_gpu = _host_mib_per_gpu(history)
+    needs = {t.trial_id: per_gpu[_memory_key(t)] * t.gpus_per_node for t in trials if _memory_key(t) in per_gpu}
+    heavy = [t for t in trials if target.memory_mib and needs.get(t.trial_id, 0) > target.memory_mib]
+    if heavy:
+        most = max(needs[t.trial_id] for t in heavy)
+        out.append(f"warning: {_some(heavy)} need{'s' if len(heavy) == 1 else ''} up to {most / 1024:.1f} GiB of host "
+                   f"memory on a node (earlier runs' peak per GPU x its GPUs); a node has {target.memory_mib / 1024:.1f} GiB: "
+                   "expect swapping or an out-of-memory kill")
+    return out
+
+
+def _some(trials: Sequence[TrialConfig]) -> str:
+    ids = [t.trial_id for t in trials]
+    return f"trial {ids[0]}" if len(ids) == 1 else f"{len(ids)} trials ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
+
+
+def _memory_key(t: TrialConfig) -> tuple:
+    """What sets a GPU's share of host memory: the network, its input size and batch, its framework and precision."""
+    return t.framework, t.model, t.image_size, t.batch_per_gpu, t.precision
+
+
+def _host_mib_per_gpu(history: History) -> dict[tuple, float]:
+    """The most host memory per GPU that earlier runs of each model and batch took, on any hardware."""
+    out: dict[tuple, float] = {}
+    for m in history.measurements:
+        if m.host_mib_per_gpu:
+            key = _memory_key(m.config)
+            out[key] = max(out.get(key, 0.0), m.host_mib_per_gpu)
+    return out
 
 
 def _trial_plan(t: TrialConfig, guess: estimates.Guess, nodes: list[Node], infeasible: str | None,
@@ -458,6 +512,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from trainables import environment
 
     sweep = overrides.apply(spec.load(args.sweep, args.max_trials), overrides.parse(args.set))
+    code = environments.code_folder(args.code)
     results = results_location(args.results)
     kind = _cluster_kind(args)
     target: Target | None = None
@@ -482,5 +537,5 @@ def cmd_plan(args: argparse.Namespace) -> int:
     trials = with_host_cpus(trials, target)
     plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name, target.hardware),
                     args.max_concurrent, environments.chosen(sweep.environments, []), searches, capacity)
-    print(plan.to_json() if args.json else "\n".join(plan.lines()))
+    print(plan.to_json() if args.json else "\n".join(plan.lines() + environments.model_sources([t.model for t in trials], code)))
     return 0

@@ -43,8 +43,9 @@ def test_an_unmeasured_trial_is_the_model_at_the_measured_rate_plus_its_framewor
     rate = 4.0 / model_cost(small)  # 4 s of training, 2 s beyond it (start-up, validation)
     found = [measured(small, 6.0, 4.0), measured(big, 2.0 + rate * model_cost(big), rate * model_cost(big))]
     fit = CostFit.of(found)
-    assert fit.rate(small) == (pytest.approx(rate), ("mxnet", "tf32", False, False))
-    assert fit.overhead == {key: pytest.approx(2.0) for key in (("mxnet", False, False), ("mxnet", False), ("mxnet",))}
+    assert fit.rate(small) == (pytest.approx(rate), ("mxnet", "tf32", False, False, 1))
+    assert fit.overhead == {key: pytest.approx(2.0) for key in (("mxnet", False, False, 1), ("mxnet", False, False),
+                                                                ("mxnet", False), ("mxnet",))}
     estimator = Estimator(History(found, []), CPU)
     middle = config(batch=32)
     guess = estimator.guess(middle)
@@ -152,3 +153,46 @@ def test_a_rows_steady_time_is_its_images_at_its_steady_rate() -> None:
     assert (m.steady_s, m.training_s) == (None, 12.0)
     (m,) = measurements([{**row, "steady_images_per_sec": None}])
     assert (m.steady_s, m.training_s) == (None, 12.0)
+
+
+def test_one_two_and_three_gpus_are_timed_at_their_own_rates() -> None:
+    # Emulated GPUs on 2 cores: 1 GPU trains its share of the images at full speed, 2 share the cores, 3 take turns
+    # on them (here 1.0, 1.1 and 1.6 x the 1-GPU seconds per unit of cost). The model's cost per GPU is the same for
+    # all three (batch per GPU fixed), so one rate for every GPU count gave them all one estimate.
+    slow = {1: 1.0, 2: 1.1, 3: 1.6}
+    base = 2.0 / model_cost(config())
+    found = [measured(c, 1.0 + base * slow[g] * model_cost(c), base * slow[g] * model_cost(c))
+             for g in slow for c in (config(gpus=g, batch=16), config(gpus=g, batch=32))]
+    estimator = Estimator(History(found, []), CPU)
+    guesses = {g: estimator.guess(config(gpus=g, batch=64)) for g in slow}
+    for g, guess in guesses.items():
+        assert guess.seconds == pytest.approx(1.0 + base * slow[g] * model_cost(config(gpus=g, batch=64))), g
+        assert guess.uncertainty == pytest.approx(0.0)
+    assert len({round(g.seconds, 6) for g in guesses.values()}) == 3
+    # A GPU count never measured: its arithmetic's rate on one node, said so, error unknown.
+    guess = estimator.guess(config(gpus=4, batch=64))
+    assert guess.uncertainty is None
+    assert "none of them mxnet tf32 on one node on 4 GPUs: at the rate of mxnet tf32 on one node" in guess.basis
+
+
+def test_a_trial_with_more_processes_than_cores_is_evidence_for_its_own_gpu_count_only() -> None:
+    # The newcomer's 64 emulated GPUs on 2 cores: 64 processes took turns on 2 cores, 30x the 1-GPU rate per unit of
+    # cost. As evidence for other GPU counts it made every estimate after it long; now only 64-GPU trials take it.
+    def row(c: TrialConfig, cores: int | None) -> dict:
+        return {**c.to_dict(), "status": "completed", "attempts": 1, "wall_time_s": 160.0, "started_at": 1.0,
+                "sweep": "s", "run_id": "r", "device_kind": "cpu-emulated", "cpu_model": CPU.model, "epochs_done": 2,
+                "mean_epoch_time_s": 70.0, "cpu_count": cores}
+    torch = dict(framework="pytorch")
+    wide = config(gpus=64, **torch)
+    assert [m.crowded for m in measurements([row(wide, 2), row(wide, 64), row(wide, None), row(config(gpus=2), 2)])] \
+        == [True, False, False, False]  # cores unknown (rows of older runs): not known to be crowded
+    base = 2.0 / model_cost(config(**torch))
+    found = [measured(c, 1.0 + base * model_cost(c), base * model_cost(c)) for g in (1, 2)
+             for c in (config(gpus=g, batch=16, **torch), config(gpus=g, batch=32, **torch))]
+    crowded = [Measurement(c, "s", "r1", 0.0, CPU, 20.0 + 30 * base * model_cost(c), 30 * base * model_cost(c), crowded=True)
+               for c in (config(gpus=64, batch=16, **torch), config(gpus=64, batch=32, **torch))]
+    estimator = Estimator(History(found + crowded, []), CPU)
+    for trial in (config(gpus=1, batch=64, **torch), config(gpus=4, batch=64, **torch)):  # its count, and an unmeasured one
+        assert estimator.guess(trial).seconds == pytest.approx(1.0 + base * model_cost(trial)), trial.num_gpus
+    big = config(gpus=64, batch=64, **torch)
+    assert estimator.guess(big).seconds == pytest.approx(20.0 + 30 * base * model_cost(big))  # its own start-up too

@@ -122,7 +122,8 @@ def test_plan_lists_trials_fits_and_estimates_without_data_or_ray(runs: EngineRu
     row = next(line for line in lines if line.startswith(f"  {one}"))
     assert "median of 2 earlier runs of this trial" in row and f"{statistics.median(walls):.3g} s" in row
     # The 2-GPU trial ran once (the first run found it no node): its spread is the one repeated trials showed.
-    spread = max(abs(w - statistics.median(walls)) for w in walls) / statistics.median(walls)
+    # (The range that holds both: median / (1 + u) to median x (1 + u).)
+    spread = max(max(w, statistics.median(walls)) / min(w, statistics.median(walls)) for w in walls) - 1
     assert f"1 earlier run of this trial; repeats here vary +-{spread:.0%}" in next(l for l in lines if l.startswith(f"  {two}"))
     assert "estimates from 2 trials measured in 2 earlier runs on cpu-emulated" in out.stdout
     # The last run's estimates set against what its trials took, as run.json and the summary rows say.
@@ -252,10 +253,11 @@ def test_the_benchmark_replays_the_history_as_the_runs_saw_it(runs: EngineRuns) 
     actual = runs.trials(1).wall_time_s
     errors = [abs(recorded[t] - actual[t]) / actual[t] for t in recorded]
     assert rows[second][6] == f"{statistics.median(errors):.0%}"
-    replayed, taken, made = rows[second][9], rows[second][11], rows[second][13]  # "1.7 / 2.9 s (1.7 s)"
+    replayed, taken, made = rows[second][10], rows[second][12], rows[second][14]  # "1.7 / 2.9 s (1.7 s)"
     makespan = runs.trials(1).ended_at.max() - runs.trials(1).started_at.min()
     assert replayed == made.strip("(") and float(taken) == pytest.approx(makespan, abs=0.05)
     assert "trial estimates: median |error|" in out.stdout and "over 2 trials" in out.stdout
+    assert "stated ranges held for" in out.stdout
 
 
 def test_a_run_json_from_before_plans_and_set_still_reads(runs: EngineRuns) -> None:
@@ -319,3 +321,54 @@ def test_plan_emulate_gpus_shapes_the_embedded_ray_as_run_would(runs: EngineRuns
     assert wide.returncode == 0 and "1 node with 3 emulated GPUs and" in wide.stdout, wide.stdout + wide.stderr
     assert "fits no node" not in wide.stdout
     one_line_error(cli(capsys, "plan", SWEEP, "--emulate-gpus", "0"), "--emulate-gpus: expected an integer >= 1")
+
+
+def test_plan_warns_of_more_processes_than_cores_without_refusing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # The newcomer's 64 emulated GPUs on a 2-core laptop: 64 processes take turns on 2 cores. One line, and the plan
+    # (and a run: it prints the same plan) goes on.
+    base = ["plan", SWEEP, *SETS, "--set", "num_gpus=64", "--results", str(tmp_path / "results")]
+    laptop = cli(capsys, *base, "--nodes", "1", "--gpus-per-node", "64", "--cpus-per-node", "2")
+    assert laptop.returncode == 0, laptop.stderr
+    warned = [line for line in laptop.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and "up to 64 processes (one per GPU) on a node of 2 cores" in warned[0], laptop.stdout
+    assert "fits no node" not in laptop.stdout
+    roomy = cli(capsys, *base, "--nodes", "1", "--gpus-per-node", "64", "--cpus-per-node", "64")
+    assert roomy.returncode == 0 and "warning:" not in roomy.stdout, roomy.stdout
+    here = cli(capsys, *base)  # the embedded Ray on this machine, as `run` would start it
+    assert here.returncode == 0, here.stderr
+    cores = os.cpu_count() or 1
+    assert (f"up to 64 processes (one per GPU) on a node of {cores} core" in here.stdout) == (cores < 64), here.stdout
+
+
+def test_plan_warns_of_more_host_memory_than_a_node_has(runs: EngineRuns) -> None:
+    # The memory each GPU's share took in the engine's runs (their rows' peak host RSS), times a trial's GPUs,
+    # against a node's memory: a node of less than that gets one line, a larger one none.
+    from sweep import estimates
+    from sweep.cluster import Node
+    from sweep.plan import Target, resource_warnings
+
+    history = estimates.history(runs.results)
+    trials = _trials()
+    per_gpu = max(m.host_mib_per_gpu for m in history.measurements if m.host_mib_per_gpu)
+    nodes = [Node("node-1", "local", 64.0, 4.0)]
+    small = Target(nodes, estimates.Hardware("cpu-emulated", None), "a small node", memory_mib=per_gpu / 2)
+    (line,) = resource_warnings(trials, small, history)
+    assert line.startswith("warning: 2 trials") and "of host memory on a node" in line and "expect swapping" in line
+    roomy = Target(nodes, small.hardware, "a large node", memory_mib=per_gpu * 100)
+    assert resource_warnings(trials, roomy, history) == []
+
+
+@pytest.mark.slow
+def test_a_run_with_more_gpus_than_cores_warns_in_one_line_and_runs(tmp_path: Path) -> None:
+    # A run prints its plan, warnings included: one more emulated GPU than this machine has cores (the newcomer's
+    # 64 on 2), and the trial still runs to the end.
+    cores = os.cpu_count() or 1
+    if cores >= 64:
+        pytest.skip("the embedded Ray emulates at most 64 GPUs on a node: none beyond this machine's cores")
+    sweep = str(SWEEPS / "one_trial.yaml")
+    out = run_cli(sweep, "--set", f"num_gpus={cores + 1}", "--set", "data=synthetic", "--set", "epochs=1",
+                  "--results", str(tmp_path / "results"), timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    warned = [line for line in out.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and f"{cores + 1} processes (one per GPU) on a node of {cores} core" in warned[0], out.stdout
+    assert "1 completed, 0 failed" in out.stdout
