@@ -15,7 +15,7 @@ from its own layer or those below it, never above:
   store          sweep.store, sweep.schema, sweep.location, sweep.errors, sweep.terminal, sweep.environments,
                  sweep.limits, sweep.version
   frameworks     trainables.mxnet.*, trainables.tensorflow.*, trainables.pytorch.*
-  trainables     trainables.loop, .data, .measure, .environment, .zoo, .config, .local, .probe, .failure
+  trainables     trainables.loop, .data, .measure, .environment, .zoo, .config, .local, .probe, .failure, .peaks
 
 The loop loads a framework's backend by name (importlib) inside the trial's process; no module of
 sweep/ imports a framework or trainables.<framework>, and trainables/ never imports sweep/.
@@ -42,7 +42,7 @@ LAYERS = [
                "sweep.limits", "sweep.version"}),
     ("frameworks", {"trainables.mxnet", "trainables.tensorflow", "trainables.pytorch"}),
     ("trainables", {"trainables.loop", "trainables.data", "trainables.images", "trainables.measure", "trainables.environment",
-                    "trainables.zoo", "trainables.config", "trainables.local", "trainables.probe",
+                    "trainables.zoo", "trainables.config", "trainables.local", "trainables.probe", "trainables.peaks",
                     "trainables.failure"}),
 ]
 FRAMEWORKS = ("mxnet", "tensorflow", "keras", "tf_keras", "torch", "trainables.mxnet", "trainables.tensorflow",
