@@ -200,9 +200,12 @@ def test_odd_files_decode_and_bad_ones_are_skipped(tmp_path: Path, capsys) -> No
         images.first_decodable(np.arange(2), 1, lambda i: images.val_pixels(paths[i], 32))
 
 
-def test_imagenet_data_is_refused_for_mxnet_and_tensorflow_at_spec_time_and_loader_workers_is_checked(tmp_path: Path) -> None:
+def test_imagenet_data_loads_in_every_framework_with_a_pipeline_and_loader_workers_is_checked(tmp_path: Path) -> None:
+    """Every framework has its input pipeline (trainables/FRAMEWORK/input.py) and its data: imagenet trials load; a
+    framework added without one is refused at spec time (sweep/spec.py), which this checks by the list."""
     from sweep import spec
     from sweep.errors import SpecError
+    from trainables.config import FRAMEWORKS
 
     def sweep(**fixed) -> Path:
         path = tmp_path / "s.yaml"
@@ -211,9 +214,11 @@ def test_imagenet_data_is_refused_for_mxnet_and_tensorflow_at_spec_time_and_load
         path.write_text(f"description: test\nfixed: {json.dumps(settings)}\n")
         return path
 
-    for framework in set(("mxnet", "tensorflow")) - set(spec.IMAGE_FOLDER_FRAMEWORKS):
-        with pytest.raises(SpecError, match=f"data: imagenet runs in .* only so far, not in {framework}"):
-            spec.load(str(sweep(framework=framework))).trials("full")
+    root = Path(__file__).parents[1]
+    assert set(spec.IMAGE_FOLDER_FRAMEWORKS) == {f for f in FRAMEWORKS if (root / "trainables" / f / "input.py").is_file()}
+    for framework in FRAMEWORKS:
+        [trial] = spec.load(str(sweep(framework=framework))).trials("full")
+        assert trial.data == "imagenet" and trial.framework == framework
     trials = spec.load(str(sweep(framework="pytorch", loader_workers=3))).trials("full")
     assert trials[0].input_workers == 3 and trials[0].data == "imagenet"
     default = spec.load(str(sweep(framework="pytorch"))).trials("full")[0]
