@@ -5,6 +5,7 @@ Nothing here times anything itself: every figure comes from the loop's own step 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -252,4 +253,16 @@ def pipeline_rates(run, *args: object) -> tuple[float, float]:  # noqa: ANN001
     seen = run(*args)
     gc.collect()
     return seen / (time.perf_counter() - t0), seen / (cpu_seconds() - c0)
+
+
+def pipeline_parser(description: str, workers: str = "--workers") -> argparse.ArgumentParser:
+    """The arguments every input-pipeline yardstick takes, its workers named as its framework names them
+    (`--workers`: a DataLoader's processes or tf.data's threads; `--threads`: ImageRecordIter's)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(workers, type=int, default=2)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--image-size", type=int, default=224)
+    return parser
 

@@ -21,7 +21,6 @@ Run (from the repository root):
 """
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import statistics
@@ -34,7 +33,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from _common import load_average, machine, pipeline_rates  # (puts the repository root on sys.path)
+from _common import load_average, machine, pipeline_parser, pipeline_rates  # (puts the repository root on sys.path)
 
 from sweep import imagenet_like
 from trainables import images  # imported here, not in the first round's time
@@ -99,12 +98,7 @@ def our_images(root: Path, size: int, workers: int, batch: int, batches: int, se
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--image-size", type=int, default=224)
+    parser = pipeline_parser(__doc__.split("\n")[0])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

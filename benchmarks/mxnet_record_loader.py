@@ -21,7 +21,6 @@ Run (from the repository root):
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import trainables.mxnet  # noqa: E402,F401  (aliases numpy.bool before mxnet is imported)
 import mxnet as mx  # noqa: E402
 
-from _common import load_average, machine, pipeline_rates  # noqa: E402
+from _common import load_average, machine, pipeline_parser, pipeline_rates  # noqa: E402
 
 
 def plain_rate(records: Path, size: int, threads: int, batch: int, batches: int, seed: int) -> int:
@@ -63,12 +62,7 @@ def our_rate(folder: Any, size: int, threads: int, batch: int, batches: int, see
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--image-size", type=int, default=224)
+    parser = pipeline_parser(__doc__.split("\n")[0], workers="--threads")
     args = parser.parse_args()
     from sweep import imagenet_like
     from trainables import images

@@ -25,7 +25,6 @@ Run (from the repository root):
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import statistics
@@ -39,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from _common import load_average, machine, pipeline_rates  # noqa: E402  (puts the repository root on sys.path)
+from _common import load_average, machine, pipeline_parser, pipeline_rates  # noqa: E402  (puts the repository root on sys.path)
 
 from sweep import imagenet_like  # noqa: E402
 from trainables import images  # noqa: E402  (imported here, not in the first round's time)
@@ -126,12 +125,7 @@ def our_images(root: Path, size: int, workers: int, batch: int, batches: int, se
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--image-size", type=int, default=224)
+    parser = pipeline_parser(__doc__.split("\n")[0])
     parser.add_argument("--tfrecord", action="store_true", help="both read the set's TFRecord shards, not the JPEGs")
     parser.add_argument("--distorted-boxes", action="store_true",
                         help="the plain side crops with tf_cnn_benchmarks' sample_distorted_bounding_box (smaller boxes)")
