@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -324,3 +324,16 @@ def first_decodable(indices: np.ndarray, position: int, load) -> tuple[np.ndarra
         if pixels is not None:
             return pixels, index, tried
     raise ImageFolderError(f"none of the {len(indices)} images of this shard can be decoded")
+
+
+def steady_rate(batch_sizes: Iterable[int], startup: int, clock: Callable[[], float]) -> float:
+    """Images/s of a pipeline after its first `startup` batches, which carry its start (worker processes forked,
+    threads and graphs made) and arrive together once the workers have each made one: timed from the last of them
+    to the end, so the figure is what the pipeline keeps up while training, not its start. `clock` reads the time
+    (and waits for a device's work first where the batches are made on one)."""
+    sizes = iter(batch_sizes)
+    for _ in range(startup):
+        next(sizes)
+    t0 = clock()
+    produced = sum(sizes)
+    return produced / (clock() - t0)

@@ -212,11 +212,15 @@ class Pipeline:
         return skipped
 
     def measure(self, batches: int) -> float:
-        """Images/s of the pipeline alone over the first `batches` training batches of epoch 0: its workers started,
+        """Images/s of the pipeline alone, steady (images.steady_rate): its workers' first batches (their start) and
+        then `batches`, at least two per worker so that every worker's pace counts, of epoch 0's training batches:
         the files read, decoded, cropped and batched, no model and no copy to the device (decode: gpu decodes on
         the device: that is its pipeline). The images it skips are not counted in any epoch's row."""
-        t0 = time.perf_counter()
-        produced = sum(len(y) for _, y, _ in self._host_batches(0, batches))
-        if self.gpu_decode is not None and self.on_gpu:
-            torch.cuda.synchronize()
-        return produced / (time.perf_counter() - t0)
+        startup, timed = max(1, self.workers), max(batches, 2 * self.workers)
+
+        def clock() -> float:
+            if self.gpu_decode is not None and self.on_gpu:
+                torch.cuda.synchronize()
+            return time.perf_counter()
+
+        return images.steady_rate((len(y) for _, y, _ in self._host_batches(0, startup + timed)), startup, clock)
