@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -187,9 +188,16 @@ def test_decode_gpus_batches_fall_back_to_pillow_count_what_nothing_decodes_and_
     (train / "garbage.JPEG").write_bytes(b"garbage" * 50)
     folder = images.scan(tmp_path)
     pipeline = Pipeline(config(seed=3), folder, 32, 0, 1, 67, 1, on_gpu=False)
-    pipeline.gpu_decode = _GpuDecode(folder.train, 32, 3, torch.device("cpu"), decoder=pillow_as_nvjpeg)
+    on_main_thread = set()
+
+    def decoder(data):  # noqa: ANN001, ANN202 - nvJPEG's stand-in, noting the thread it decodes on
+        on_main_thread.add(threading.current_thread() is threading.main_thread())
+        return pillow_as_nvjpeg(data)
+
+    pipeline.gpu_decode = _GpuDecode(folder.train, 32, 3, torch.device("cpu"), decoder=decoder)
     [(x, y)] = list(pipeline.train(0, lambda x, y: (x, y)))  # the epoch's 67 files, one batch
     assert x.shape == (66, 3, 32, 32) and pipeline.take_skipped() == 1  # all but the garbage
+    assert on_main_thread == {False}  # a batch ahead, on a thread of its own, not in the step's thread
     order = images.shard(67, 3, 0, 0, 1)
     kept = [int(i) for i in order if not folder.train.paths[i].endswith("garbage.JPEG")]
     assert y.tolist() == [int(folder.train.labels[i]) for i in kept]
