@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "read by mxnet trials (docs/data.md)")
     pack.add_argument("--data-dir", default=os.environ.get("SWEEP_DATA_DIR") or "data",
                       help="the folder holding imagenet/ (default: $SWEEP_DATA_DIR, else data/, as for run)")
+    pack.add_argument("--env", metavar="FRAMEWORK=PYTHON",
+                      help="pack in this interpreter of the format's framework, as run's --env names one (default: the "
+                           "environment env create made, else this Python)")
     env = sub.add_parser("env", help="environments of their own for frameworks: env create mxnet [--gpu], env list")
     env_sub = env.add_subparsers(dest="env_command", required=True, parser_class=_Parser)
     create = env_sub.add_parser("create", help="a venv of this Python for the framework (MXNet with numpy < 2), "
@@ -245,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "data" and args.data_command == "pack":  # `data pack imagenet --format ...`
             from sweep.data_pack import cmd_pack
-            return cmd_pack(args.data_dir, args.format)
+            return cmd_pack(args.data_dir, args.format, args.env)
         if args.command == "data":  # `data fetch cifar10`, the one data set there is
             from sweep.datasets import fetch_cifar10, source
             fetch_cifar10(args.data_dir, source(args.url, args.checksum))

@@ -42,10 +42,24 @@ def packing_prefix(fmt: str) -> str:
     return f".{fmt}-packing-"
 
 
-def interpreter(framework: str) -> list[str]:
-    """The command of the framework's trials' interpreter: the environment `env create` made, else this Python."""
-    env = environments.made_environment(framework)
-    return shlex.split(str(env.value)) if env is not None else [sys.executable]
+def interpreter(framework: str, given: str | None = None) -> list[str]:
+    """The command of the framework's interpreter: `--env FRAMEWORK=PYTHON` where given (as `run` takes it; an
+    interpreter only, as this machine runs the pack), else the environment `env create` made, else this Python."""
+    if given is None:
+        env = environments.made_environment(framework)
+        return shlex.split(str(env.value)) if env is not None else [sys.executable]
+    try:
+        named, env = environments.parse_option(given)
+    except ValueError as e:
+        raise UsageError(f"--env {given}: {e}") from None
+    if named != framework:
+        raise UsageError(f"--env {given}: this format is written by {framework}, not {named} (--env {framework}=PYTHON)")
+    if env.kind != "py_executable":
+        raise UsageError(f"--env {given}: packing runs here, in an interpreter (--env {framework}=PYTHON), not in {env.kind}")
+    missing = environments.missing_here(env)
+    if missing is not None:
+        raise UsageError(f"--env {given}: no interpreter {missing} here")
+    return shlex.split(str(env.value))
 
 
 def check_manifest(manifest_path: Path, folder: images.ImageFolder, fmt: str) -> dict:
@@ -87,20 +101,21 @@ def _put_in_place(made: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def pack(data_dir: str | Path, fmt: str) -> dict:
-    """Pack DATA_DIR/imagenet as `fmt` into DATA_DIR/imagenet/FMT; the checked manifest."""
+def pack(data_dir: str | Path, fmt: str, python: str | None = None) -> dict:
+    """Pack DATA_DIR/imagenet as `fmt` into DATA_DIR/imagenet/FMT, in the interpreter `--env` names (`python`) or
+    the framework's own; the checked manifest."""
     if fmt not in FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt}")
-    folder = images.scan(data_dir)  # a missing or empty folder: one line, before any interpreter starts
     framework = FORMATS[fmt].framework
+    command = interpreter(framework, python)  # a bad --env: one line, before the folder is scanned
+    folder = images.scan(data_dir)  # a missing or empty folder: one line, before any interpreter starts
     _remove_stale(folder.root, fmt)
     made = Path(tempfile.mkdtemp(prefix=packing_prefix(fmt), dir=folder.root))
     made.chmod(0o755)  # mkdtemp makes it private; the packed form is read as the images are
     try:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p),
                "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-        command = [*interpreter(framework), "-m", f"trainables.{framework}.pack", "--folder", str(folder.root),
-                   "--out", str(made)]
+        command = [*command, "-m", f"trainables.{framework}.pack", "--folder", str(folder.root), "--out", str(made)]
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -114,8 +129,8 @@ def pack(data_dir: str | Path, fmt: str) -> dict:
     return manifest
 
 
-def cmd_pack(data_dir: str, fmt: str) -> int:
-    manifest = pack(data_dir, fmt)
+def cmd_pack(data_dir: str, fmt: str, python: str | None = None) -> int:
+    manifest = pack(data_dir, fmt, python)
     counts = ", ".join(f"{name} {entry['records']} images ({len(entry['skipped'])} skipped)"
                        for name, entry in manifest["splits"].items())
     print(f"packed {Path(data_dir) / images.FOLDER} as {fmt} for {FORMATS[fmt].reader}: "

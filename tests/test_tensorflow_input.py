@@ -189,6 +189,23 @@ def test_pack_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert not (empty / "imagenet/tfrecord").exists()
 
 
+def test_pack_runs_in_the_interpreter_env_names_and_refuses_one_it_cannot_use_in_one_line(generated: Path,
+                                                                                          tmp_path: Path) -> None:
+    root = copy_of(generated, tmp_path)
+    python = tmp_path / "tf-python"  # an interpreter of its own, as `run --env tensorflow=...` names one
+    python.write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    done = pack_cli(root, "--env", f"tensorflow={python}")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "ran").exists() and (root / "imagenet/tfrecord" / images.PACKED).exists()
+    for given, said in ((f"mxnet={python}", "written by tensorflow, not mxnet"),
+                        ("tensorflow={image_uri: tf:latest}", "not in image_uri"),
+                        (f"tensorflow={tmp_path}/none/python", "no interpreter"),
+                        ("caffe=/usr/bin/python3", "unknown framework")):
+        out = pack_cli(root, "--env", given)
+        assert out.returncode == 2 and said in out.stderr and len(out.stderr.strip().splitlines()) == 1, (given, out.stderr)
+
+
 @pytest.mark.slow
 def test_a_stopped_pack_leaves_nothing_and_an_earlier_pack_stays_whole(generated: Path, tmp_path: Path) -> None:
     root = copy_of(generated, tmp_path)
