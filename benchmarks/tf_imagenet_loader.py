@@ -1,7 +1,7 @@
 """Is our TensorFlow input pipeline as fast as a plain tf.data pipeline? The TensorFlow CPU yardstick of issue 41.
 
 Ours: trainables/tensorflow/input.py's Pipeline (data: imagenet) over a generated ImageNet-layout set, through
-Pipeline.measure, the pass the rows' input_images_per_sec time (no model, no copy to a device), reading the JPEG
+an epoch of Pipeline.train, the batches a trial trains on (no model, no copy to a device), reading the JPEG
 files (or, with --tfrecord, the set packed by `python -m sweep data pack imagenet --format tfrecord`). Theirs: the
 pipeline a TensorFlow user writes after tf_cnn_benchmarks' preprocessing (its RecordInputImagePreprocessor's
 train path), written here apart from the project (it imports nothing of it): the file names shuffled, then
@@ -120,8 +120,9 @@ def our_images(root: Path, size: int, workers: int, batch: int, batches: int, se
                       data="imagenet", image_size=size, loader_workers=workers, seed=seed)
     pipeline = Pipeline(cfg, images.scan(root), size, 0, 1, batch, batches, on_gpu=False)
     assert pipeline.data_format == ("tfrecord" if tfrecord else "jpeg")
-    pipeline.measure(batches)  # the pass the rows' input_images_per_sec time: `batches` full batches
-    return batch * batches
+    # An epoch of `batches` batches as a trial trains on them, before the copy to a device; whole, start included, as
+    # the plain loader's pass is timed (Pipeline.measure leaves the start out: the rows' input_images_per_sec).
+    return sum(int(y.shape[0]) for y in pipeline.train(0, lambda x, y: y))
 
 
 def main() -> int:
