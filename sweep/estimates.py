@@ -44,7 +44,7 @@ from sweep.limits import count
 from sweep.location import Location
 from sweep.schema import Status
 from sweep.store import RunMeta
-from trainables import data, zoo
+from trainables import data, peaks, zoo
 from trainables.config import TrialConfig, field_names
 
 # Forward-pass GFLOPs per image at the model's default input size (published figures, rounded);
@@ -56,13 +56,8 @@ UNKNOWN_GFLOPS = GFLOPS["resnet50_v1"]
 
 
 def model_cost(c: TrialConfig) -> float:
-    """A trial's training work per GPU (arbitrary units, proportional to GPU-seconds)."""
-    default = zoo.default_image_size(c.model)
-    side = c.image_size or default
-    units = zoo.cifar_resnet_units(c.model)
-    per_image = 0.041 * (6 * units + 2) / 20 if units is not None else GFLOPS.get(c.model, UNKNOWN_GFLOPS)
-    per_image *= (side / default) ** 2
-    return c.epochs * epoch_images(c) * per_image / c.num_gpus + 1e-3  # the GPUs share an epoch's images
+    """A trial's training work per GPU (forward GFLOPs x images / GPUs: proportional to GPU-seconds)."""
+    return c.epochs * epoch_images(c) * forward_gflops(c) / c.num_gpus + 1e-3  # the GPUs share an epoch's images
 
 
 def epoch_images(c: TrialConfig) -> int:
@@ -123,6 +118,8 @@ class Measurement:
     host_rss_mib: float | None = None  # its process's peak resident memory (one of them for PyTorch on several GPUs)
     # More processes than its node's cores: its time is evidence for trials of its GPU count only (`oversubscribed`).
     crowded: bool = False
+    mfu: float | None = None  # its summary row's MFU (real GPUs with a published peak): the prior for GPUs not run on
+    gflops: float | None = None  # its network's forward GFLOPs per image, as its framework counted them (rows since issue 44)
 
     @property
     def host_mib_per_gpu(self) -> float | None:
@@ -158,8 +155,14 @@ def measurements(rows: list[dict[str, Any]]) -> list[Measurement]:
             steady = None
         out.append(Measurement(config, row["sweep"], row["run_id"], row["started_at"], hardware,
                                row["wall_time_s"], train, steady, row.get("peak_host_rss_mib"),
-                               oversubscribed(config, row.get("cpu_count"))))
+                               oversubscribed(config, row.get("cpu_count")), _number(row.get("mfu")),
+                               _number(row.get("model_gflops_per_image"))))
     return out
+
+
+def _number(value: Any) -> float | None:
+    """A row's float, None where it is null (NaN in a frame)."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
 def oversubscribed(c: TrialConfig, cores: float | None) -> bool:
@@ -281,7 +284,7 @@ class Guess:
     """One trial's estimate: the seconds, where they came from, and how far off they may be."""
 
     seconds: float | None
-    source: str  # "measured", "model" or "none"
+    source: str  # "measured", "model", "scaled" (another GPU's, by the peaks), "prior" (an MFU) or "none"
     runs: int  # earlier measurements it stands on
     uncertainty: float | None  # relative: 0.1 is +-10%; None: not known
     basis: str  # the same in words
@@ -336,8 +339,12 @@ class CostFit:
         return self.rates[key], key
 
     def predict(self, trial: TrialConfig) -> float:
+        return sum(self.parts(trial))
+
+    def parts(self, trial: TrialConfig) -> tuple[float, float]:
+        """(seconds beyond training, training seconds) of the trial."""
         key = next((k for k in overhead_classes(trial) if k in self.overhead), None)
-        return self.overhead.get(key, self.default_overhead) + self.rate(trial)[0] * model_cost(trial)
+        return self.overhead.get(key, self.default_overhead), self.rate(trial)[0] * model_cost(trial)
 
     @classmethod
     def of(cls, points: Sequence[Measurement]) -> CostFit | None:
@@ -409,7 +416,7 @@ class Estimator:
     """Estimates for one hardware from the store's history (of any hardware: it keeps its own)."""
 
     def __init__(self, past: History, hardware: Hardware) -> None:
-        self.hardware = hardware
+        self.hardware, self.past = hardware, past
         self.found = [m for m in past.measurements if hardware.matches(m.hardware)]
         gaps = [g.seconds for g in past.gaps if hardware.matches(g.hardware)]
         self.gap = statistics.median(gaps) if gaps else 0.0  # Tune's start-up per trial, for the makespan
@@ -451,7 +458,7 @@ class Estimator:
                    "1 earlier run of this trial" + (f"; repeats here vary +-{spread:.0%}" if spread is not None else ""))
             return Guess(statistics.median(walls), "measured", n, spread, how)
         if self.fit is None:
-            return Guess(None, "none", 0, None, "no earlier run on this hardware")
+            return self.elsewhere(trial)
         trials = len(self.walls)
         basis = f"model cost at the rate of {trials} measured trial{'s' if trials > 1 else ''}"
         if (trial.framework,) not in self.fit.overhead:  # its start-up is another framework's: the error above does not hold
@@ -471,6 +478,85 @@ class Estimator:
         error = (f"; within +-{self.model_range:.0%} for 9 in 10 of them, each predicted from the others"
                  if self.model_range is not None else "")
         return Guess(self.fit.predict(trial), "model", trials, self.model_range, basis + error)
+
+
+    def elsewhere(self, trial: TrialConfig) -> Guess:
+        """A GPU not run on yet (`plan --gpu-model H100`): its peak at the trial's precision (trainables/peaks.py)
+        against the best evidence the store has: trials measured on another GPU, their training scaled by the two
+        peaks; else the MFU such trials reached on any GPU (a prior) over the trial's training FLOPs."""
+        target = peaks.gpu_model(self.hardware.model) if self.hardware.kind == "gpu" else None
+        peak = peaks.peak_tflops(target, trial.precision) if target else None
+        if peak is None:
+            why = ("" if self.hardware.kind != "gpu" else f", and no published {trial.precision} peak for "
+                   f"{self.hardware.model}" if target else f", and {self.hardware.model} is a GPU without a published peak")
+            return Guess(None, "none", 0, None, f"no earlier run on this hardware{why}")
+        other = self._other_gpu(trial.precision)
+        if other is not None:
+            estimator, other_peak = other
+            overhead, training = estimator.fit.parts(trial)
+            trials = len(estimator.walls)
+            return Guess(overhead + training * other_peak / peak, "scaled", trials, None,
+                         f"{count(trials, 'trial')} measured on {estimator.hardware.model}, training scaled by the peaks at "
+                         f"{trial.precision} ({other_peak:.0f} / {peak:.0f} TFLOP/s; error unknown)")
+        mfu, learnt = self._prior_mfu(trial)
+        counted = [m.gflops for m in self.past.measurements if m.gflops and (m.config.model, m.config.image_size)
+                   == (trial.model, trial.image_size)]  # as a run counted them on the network, else the table's
+        per_image = statistics.median(counted) if counted else forward_gflops(trial)
+        flops = trial.epochs * epoch_images(trial) * peaks.training_gflops(per_image) * 1e9
+        training = flops / (mfu * peak * 1e12 * trial.num_gpus)
+        overheads = [m.wall_s - m.training_s for m in self.past.measurements
+                     if m.config.framework == trial.framework and m.training_s and m.wall_s > m.training_s]
+        overhead = statistics.median(overheads) if overheads else 0.0
+        start = (f", plus {trial.framework}'s median start-up elsewhere" if overheads
+                 else ", start-up not counted (none measured)")
+        return Guess(overhead + training, "prior", 0, None,
+                     f"MFU {mfu:.0%} ({learnt}) of {peak:.0f} TFLOP/s at {trial.precision}{start} (error unknown)")
+
+    def _other_gpu(self, precision: str) -> tuple[Estimator, float] | None:
+        """The GPU with the most measured trials whose peak at `precision` is published, and that peak."""
+        counts = Counter(m.hardware.model for m in self.past.measurements
+                         if m.hardware.kind == "gpu" and not self.hardware.matches(m.hardware))
+        for model, _ in counts.most_common():
+            other_peak = peaks.peak_tflops(peaks.gpu_model(model), precision) if peaks.gpu_model(model) else None
+            if other_peak is not None:
+                return Estimator(self.past, Hardware("gpu", model)), other_peak
+        return None
+
+    def _prior_mfu(self, trial: TrialConfig) -> tuple[float, str]:
+        """The median MFU of the store's trials most like this one (framework, precision and model family; then
+        framework and precision; then precision), and in words where it came from; else DEFAULT_MFU."""
+        family = model_family(trial.model)
+        ways = ((lambda c: (c.framework, c.precision, model_family(c.model)) == (trial.framework, trial.precision, family),
+                 f"{trial.framework} {trial.precision} {family}"),
+                (lambda c: (c.framework, c.precision) == (trial.framework, trial.precision),
+                 f"{trial.framework} {trial.precision}"),
+                (lambda c: c.precision == trial.precision, f"{trial.precision} in any framework"))
+        for like, words in ways:
+            found = [m.mfu for m in self.past.measurements if m.mfu is not None and like(m.config)]
+            if found:
+                return statistics.median(found), f"the median of {count(len(found), 'measured trial')}, {words}"
+        return DEFAULT_MFU, "the default: no trial of the store has one"
+
+
+# A trial's MFU where the store has none to learn from: ResNet-50 v1 in PyTorch on an H100, eager, read 0.094
+# (bf16) and 0.12 (tf32) (benchmarks/README.md, "On an H100"; trainables/peaks.py's arithmetic).
+DEFAULT_MFU = 0.1
+
+
+def model_family(model: str) -> str:
+    """The letters a model's name starts with (resnet, inception, alexnet, vit...): trials of one family reach
+    like MFUs; a namespaced zoo model's name after its zoo (torchvision:resnet50 -> resnet)."""
+    name = model.rsplit(":", 1)[-1]
+    return re.match(r"[a-z]*", name.lower()).group() or name
+
+
+def forward_gflops(c: TrialConfig) -> float:
+    """The forward GFLOPs per image of a trial's network before it runs: the published multiply-adds of
+    model_cost's table at 2 FLOPs each, scaled to its input size."""
+    default = zoo.default_image_size(c.model)
+    units = zoo.cifar_resnet_units(c.model)
+    macs = 0.041 * (6 * units + 2) / 20 if units is not None else GFLOPS.get(c.model, UNKNOWN_GFLOPS)
+    return 2 * macs * ((c.image_size or default) / default) ** 2
 
 
 # --- estimates against what the trials took -----------------------------------------------------------

@@ -62,7 +62,7 @@ class TrialPlan:
     fits_nodes: int  # nodes of the cluster its bundle fits on
     infeasible: str | None  # why it fits no node (the run stops, or records it with --skip-infeasible)
     seconds: float | None  # estimated wall time; None: no estimate
-    source: str  # "measured", "model" or "none" (sweep/estimates.py)
+    source: str  # "measured", "model", "scaled", "prior" or "none" (sweep/estimates.py Guess)
     runs: int  # earlier measurements behind the estimate
     uncertainty: float | None  # relative: 0.1 is +-10%; None: not known
     basis: str  # where the estimate came from, in words
@@ -296,6 +296,15 @@ def described_target(args: argparse.Namespace) -> Target:
     return Target(nodes, hardware, f"{count(args.nodes, 'node')} of {count(args.gpus_per_node, 'GPU')}{like}, {cpu_text}")
 
 
+def gpu_model_target(trials: list[TrialConfig], model: str) -> Target:
+    """`plan --gpu-model MODEL` alone: nodes of that GPU, as many nodes and GPUs each as the largest trial needs, so
+    that every trial fits and is timed there."""
+    nodes, gpus = max((t.nodes for t in trials), default=1), max((t.gpus_per_node for t in trials), default=1)
+    return Target([Node(f"node-{i + 1}", "described", math.inf, float(gpus)) for i in range(nodes)], Hardware("gpu", model),
+                  f"{count(nodes, 'node')} of {count(gpus, 'GPU')} {model}, as the largest trial needs "
+                  "(--nodes and --gpus-per-node describe others), CPUs not given")
+
+
 def joined_target(address: str, name: str) -> Target:
     """The nodes of the cluster at `address`: joined as a driver to read them, then left."""
     cluster = ray_cluster.start(address, 0, job_name=f"plan {name}")
@@ -490,7 +499,7 @@ def _hardware_named(text: str) -> Hardware:
 # --- the command --------------------------------------------------------------------------------------
 
 def _cluster_kind(args: argparse.Namespace) -> str:
-    """Which cluster the options name: "described", "joined" or "embedded"; options that clash are refused."""
+    """Which cluster the options name: "described", "gpu-model", "joined" or "embedded"; options that clash are refused."""
     if args.nodes is not None or args.gpus_per_node is not None:
         if args.address or args.emulate_gpus:
             raise UsageError("--nodes and --gpus-per-node describe a cluster; --address and --emulate-gpus name a "
@@ -498,8 +507,12 @@ def _cluster_kind(args: argparse.Namespace) -> str:
         if args.nodes is None or args.gpus_per_node is None:
             raise UsageError("--nodes and --gpus-per-node go together")
         return "described"
-    if args.cpus_per_node or args.gpu_model:
-        raise UsageError("--cpus-per-node and --gpu-model describe a cluster's nodes: give --nodes and --gpus-per-node too")
+    if args.cpus_per_node:
+        raise UsageError("--cpus-per-node describes a cluster's nodes: give --nodes and --gpus-per-node too")
+    if args.gpu_model:  # a GPU model alone: nodes of it, as many as the largest trial needs (gpu_model_target)
+        if args.address or args.emulate_gpus:
+            raise UsageError("--gpu-model describes GPUs; --address and --emulate-gpus name a real cluster: give one or the other")
+        return "gpu-model"
     if args.address or os.environ.get("RAY_ADDRESS"):
         if args.emulate_gpus:
             raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
@@ -519,6 +532,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if kind == "described":
         target = described_target(args)
         emulated: bool | None = target.hardware.kind == "cpu-emulated"
+    elif kind == "gpu-model":  # its nodes follow from the trials, below
+        emulated = False
     elif kind == "joined":
         target, emulated = joined_target(args.address or os.environ["RAY_ADDRESS"], sweep.name), None
     else:
@@ -533,6 +548,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     searches = sweep.searches(scale)
     trials = [dataclasses.replace(t, memory_capacity_mib=capacity) for t in given]
     trials += [s.probe(s.lo, capacity) for s in searches]
+    if kind == "gpu-model":
+        target = gpu_model_target(trials, args.gpu_model)
     target = target or embedded_target(trials, args.emulate_gpus, bool(emulated))
     trials = with_host_cpus(trials, target)
     plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name, target.hardware),

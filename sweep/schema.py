@@ -77,6 +77,14 @@ PRECISION_COLUMNS: dict[str, pa.DataType] = {
     "layout": pa.string(), "tf32_allowed": pa.bool_(), "loss_scale": pa.float64(), "compiler": pa.string(),
     "computed_precision": pa.string(),
 }
+# The network's forward GFLOPs per image (its framework's counter on the built network; training is 3x), the
+# TFLOP/s the steady images/s achieved at that, and MFU: achieved over the GPUs' published dense peak at the
+# computed precision (trainables/peaks.py). mfu is null with mfu_note saying why: emulated devices, a GPU or a
+# precision without a published peak, a network the counter cannot read. Null in rows of older runs.
+UTILISATION_COLUMNS: dict[str, pa.DataType] = {
+    "model_gflops_per_image": pa.float64(), "achieved_tflops": pa.float64(), "mfu": pa.float64(),
+    "mfu_note": pa.string(),
+}
 # Columns of runs written before the ones above split them: old name -> the column it is read into.
 # cuda_version was the driver's CUDA, cudnn_version the framework's cuDNN build (TensorFlow's).
 # xla was compile's name (trainables/config.py RENAMED).
@@ -105,6 +113,7 @@ EPOCH_SCHEMA = pa.schema({
     "param_count": pa.int64(), "threads": pa.int64(), "ray_gpu_ids": pa.string(), "ray_node_id": pa.string(), "pid": pa.int64(),
     "attempt": pa.int64(), "reported_at": pa.float64(),
     **PRECISION_COLUMNS,
+    **UTILISATION_COLUMNS,
     **ENV_COLUMNS,
 })
 TRIAL_SCHEMA = pa.schema({
@@ -120,5 +129,6 @@ TRIAL_SCHEMA = pa.schema({
     "peak_device_mem_mib": pa.list_(pa.float64()), "peak_host_rss_mib": pa.float64(),
     "emulated_device_mem_mib": pa.float64(),
     **PRECISION_COLUMNS,
+    **UTILISATION_COLUMNS,
     **ENV_COLUMNS,
 })

@@ -38,6 +38,7 @@ from sweep.errors import StoreError
 from sweep.limits import name_problem, quote
 from sweep.location import Location, RemotePath, at, remove_tree
 from sweep.schema import ENV_COLUMNS, EPOCH_SCHEMA, LEGACY_COLUMNS, PRECISION_COLUMNS, TRIAL_SCHEMA, Status
+from trainables.peaks import utilisation
 from trainables.config import ADDED_LATER, RENAMED, TrialConfig
 from trainables.probe import FrameworkCheck
 
@@ -54,7 +55,7 @@ class PlannedTrial:
 
     trial_id: str
     seconds: float | None  # None: nothing to estimate it from (no earlier run on this hardware)
-    source: str  # "measured" (earlier runs of this trial), "model" (its model's cost) or "none"
+    source: str  # "measured" (earlier runs of this trial), "model" (its model's cost), "scaled", "prior" or "none" (estimates.Guess)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ class RunMeta:
     # batch_per_gpu: max (sweep/max_batch.py): False while its searches go on, True once every one has ended;
     # None: the run searches nothing. The searches' probes join `trials` round by round.
     searches_done: bool | None = None
+    # --code DIR, absolute: the folder of the models' modules, shipped to every node; a resume uses it again.
+    code: str | None = None
 
     @property
     def command(self) -> str:
@@ -409,7 +412,9 @@ def summarize(trial_id: str, config: TrialConfig, epochs: list[dict[str, Any]], 
         "peak_host_rss_mib": max(e["peak_host_rss_mib"] or 0 for e in epochs),
         "emulated_device_mem_mib": max((e["emulated_device_mem_mib"] for e in epochs
                                         if e.get("emulated_device_mem_mib") is not None), default=None),
+        "model_gflops_per_image": last.get("model_gflops_per_image"),
     })
+    row.update(utilisation(row))  # over the trial's steady images/s, as its epochs' rows are
     return row
 
 

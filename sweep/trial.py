@@ -20,7 +20,7 @@ from sweep.environments import Environment
 from sweep.location import Location, RemotePath
 from sweep.schema import Status
 from sweep.store import RunStore, config_columns
-from trainables import environment
+from trainables import environment, peaks
 from trainables.config import TrialConfig
 from trainables.failure import plain_errors
 from trainables.loop import Devices, Report, checkpoint_epoch, run_trial
@@ -151,7 +151,8 @@ def train(config: dict[str, Any]) -> None:
 
     def report(metrics: dict[str, Any], checkpoint_dir: str | None) -> None:
         status = Status.DIVERGED if metrics["diverged"] else Status.RUNNING
-        store.write_epoch({**base, **metrics, "status": status.value, "reported_at": time.time()})
+        row = {**base, **metrics, "status": status.value, "reported_at": time.time()}
+        store.write_epoch({**row, **peaks.utilisation(row)})  # MFU: the row's images/s against its GPUs' peak
         gauges.update(metrics)
         # tune.report persists the checkpoint folder before it returns, so it may be temporary.
         tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)

@@ -196,3 +196,52 @@ def test_a_trial_with_more_processes_than_cores_is_evidence_for_its_own_gpu_coun
         assert estimator.guess(trial).seconds == pytest.approx(1.0 + base * model_cost(trial)), trial.num_gpus
     big = config(gpus=64, batch=64, **torch)
     assert estimator.guess(big).seconds == pytest.approx(20.0 + 30 * base * model_cost(big))  # its own start-up too
+
+
+A100 = Hardware("gpu", "NVIDIA A100-SXM4-80GB")
+
+
+def test_a_gpu_never_run_on_is_timed_from_another_gpu_scaled_by_the_two_peaks() -> None:
+    """Issue 44: `plan --gpu-model H100` with history on an A100 only. The A100's fit (start-up + rate x cost), its
+    training scaled by the peaks at the trial's precision: A100 bf16 312, H100 989.4 TFLOP/s."""
+    points = [measured(config(batch=b, precision="bf16"), 10.0 + b, float(b), A100) for b in (16, 32, 64)]
+    trial = config(batch=48, precision="bf16")
+    fit = Estimator(History(points, []), A100).fit
+    overhead, training = fit.parts(trial)
+    guess = Estimator(History(points, []), H100).guess(trial)
+    assert guess.source == "scaled" and guess.seconds == pytest.approx(overhead + training * 312.0 / 989.4)
+    assert "measured on NVIDIA A100-SXM4-80GB" in guess.basis and "312 / 989" in guess.basis
+    # The CPU's emulated runs are no evidence for a GPU; a GPU without a published peak gets no time.
+    assert Estimator(History([measured(trial, 10.0, 8.0)], []), H100).guess(trial).source != "scaled"
+    unknown = Estimator(History(points, []), Hardware("gpu", "NVIDIA GeForce RTX 4090")).guess(trial)
+    assert unknown.seconds is None and "without a published peak" in unknown.basis
+
+
+def test_without_gpu_history_a_trial_is_its_training_flops_at_a_prior_mfu_of_the_peak() -> None:
+    """No GPU measured: the MFU the store's trials reached (here a CPU-free history holding only an MFU learnt on
+    another GPU would be scaled instead, so the prior is tested on a store of emulated runs and on an empty one)."""
+    trial = config(batch=32, precision="bf16", framework="pytorch")
+    from sweep import estimates
+    from trainables import peaks
+
+    flops = trial.epochs * estimates.epoch_images(trial) * peaks.training_gflops(estimates.forward_gflops(trial)) * 1e9
+    empty = Estimator(History([], []), H100).guess(trial)
+    assert empty.source == "prior" and empty.seconds == pytest.approx(flops / (estimates.DEFAULT_MFU * 989.4e12))
+    assert "the default" in empty.basis and "start-up not counted" in empty.basis
+    # Emulated runs that carry an MFU (rows of a real GPU copied into a CPU store, say) teach the prior, and their
+    # start-up beyond training is added.
+    learnt = [Measurement(config(batch=b, precision="bf16", framework="pytorch"), "s", "r1", 0.0, CPU, 20.0, 5.0, mfu=m)
+              for b, m in ((16, 0.2), (32, 0.3), (64, 0.4))]
+    guess = Estimator(History(learnt, []), H100).guess(trial)
+    assert guess.source == "prior" and guess.seconds == pytest.approx(15.0 + flops / (0.3 * 989.4e12))
+    assert "median of 3 measured trials, pytorch bf16 resnet" in guess.basis
+
+
+def test_the_prior_counts_a_models_flops_as_its_rows_counted_them() -> None:
+    from sweep import estimates
+
+    trial = config(batch=32, precision="bf16", framework="pytorch")
+    counted = [Measurement(config(batch=16, precision="bf16", framework="pytorch"), "s", "r1", 0.0, CPU, 5.0, 5.0, gflops=1.0)]
+    guess = Estimator(History(counted, []), H100).guess(trial)
+    flops = trial.epochs * estimates.epoch_images(trial) * 3 * 1.0 * 1e9
+    assert guess.seconds == pytest.approx(flops / (estimates.DEFAULT_MFU * 989.4e12))  # start-up: wall = training

@@ -3,7 +3,7 @@ import pytest
 
 from trainables.pytorch.flops import forward_gflops_per_image
 from trainables.pytorch.models import resnet50_v1
-from trainables.peaks import PEAKS, achieved_and_mfu, gpu_model, peak_tflops
+from trainables.peaks import PEAKS, achieved_and_mfu, gpu_model, peak_tflops, utilisation
 
 
 def test_anchor_figures_from_the_datasheets():
@@ -75,3 +75,46 @@ def test_the_same_network_gets_the_same_flops_in_mxnet(name, size):
     net.initialize()
     in_mxnet = mx_flops.forward_gflops_per_image(net, size)
     assert in_mxnet == pytest.approx(forward_gflops_per_image(torch_models.build(name, size), size), rel=1e-9)
+
+
+def test_a_rows_utilisation_is_its_gpus_images_against_their_peak():
+    # The H100 row of ../shared/GPU.md through what the store applies to every epoch and summary row.
+    gflops = forward_gflops_per_image(resnet50_v1(), 224)
+    row = {"steady_images_per_sec": 4036.0, "num_gpus": 1, "device_kind": "gpu", "gpu_model": "NVIDIA H100 80GB HBM3",
+           "computed_precision": "bf16", "model_gflops_per_image": gflops}
+    one = utilisation(row)
+    assert one["achieved_tflops"] == pytest.approx(4036 * 3 * gflops / 1000)
+    assert one["mfu"] == pytest.approx(4036 * 3 * gflops / 1000 / 989.4) and one["mfu_note"] is None
+    # Two GPUs at twice the images: twice the TFLOP/s, the same MFU (each GPU against its own peak).
+    two = utilisation({**row, "steady_images_per_sec": 8072.0, "num_gpus": 2})
+    assert two["achieved_tflops"] == pytest.approx(2 * one["achieved_tflops"]) and two["mfu"] == pytest.approx(one["mfu"])
+    # tf32 against the tf32 peak, not bf16's.
+    assert utilisation({**row, "computed_precision": "tf32"})["mfu"] == pytest.approx(one["mfu"] * 989.4 / 494.7)
+    for changed, note in (({"device_kind": "cpu"}, "emulated devices"), ({"gpu_model": "NVIDIA GeForce RTX 4090"}, "unknown GPU"),
+                          ({"computed_precision": None}, "precision the steps computed in is not known"),
+                          ({"model_gflops_per_image": None}, "no throughput or FLOPs count")):
+        got = utilisation({**row, **changed})
+        assert got["mfu"] is None and note in got["mfu_note"], (changed, got)
+
+
+def test_engine_rows_carry_flops_achieved_tflops_and_why_mfu_is_null_on_emulated_devices(engine_runs):
+    import pandas as pd
+
+    mx_flops = pytest.importorskip("trainables.mxnet.flops")
+    from trainables.mxnet import models as mx_models
+
+    run = engine_runs.run_dir(1)
+    epochs, trials = pd.read_parquet(run / "epochs"), pd.read_parquet(run / "trials")
+    counted = {}
+    for row in epochs.to_dict("records"):  # counted here apart, on the network the row names, at the size it ran
+        net = mx_models.build(row["model"], int(row["image_size"]))
+        net.initialize()
+        counted[row["trial_id"]] = mx_flops.forward_gflops_per_image(net, int(row["image_size"]))
+        assert row["model_gflops_per_image"] == pytest.approx(counted[row["trial_id"]], rel=1e-9)
+    done = trials[trials["status"] == "completed"].to_dict("records")
+    assert len(done) == 2 and set(counted) == {row["trial_id"] for row in done}
+    for row in epochs.to_dict("records") + done:
+        gflops = counted[row["trial_id"]]
+        assert row["model_gflops_per_image"] == pytest.approx(gflops, rel=1e-9)
+        assert row["achieved_tflops"] == pytest.approx(row["steady_images_per_sec"] * 3 * gflops / 1000)
+        assert pd.isna(row["mfu"]) and row["mfu_note"] == "emulated devices"

@@ -154,14 +154,20 @@ def test_plan_for_a_described_cluster_needs_no_ray(runs: EngineRuns, capsys: pyt
     assert "2 nodes of 1 GPU like this machine's" in small.stdout and f"fits no node: {two}" in small.stdout
     other = cli(capsys, *base, "--nodes", "4", "--gpus-per-node", "8", "--gpu-model", "H100")
     assert other.returncode == 0 and "estimates for gpu (H100)" in other.stdout
-    assert "estimated makespan and GPU-hours: unknown" in other.stdout  # nothing measured on an H100 here
+    # Nothing measured on any GPU here (issue 44): each trial's training FLOPs at the default MFU of the H100's peak.
+    assert "estimated makespan and GPU-hours: unknown" not in other.stdout and "estimated makespan" in other.stdout
+    assert "MFU 10% (the default: no trial of the store has one) of 495 TFLOP/s at tf32" in other.stdout
+    alone = cli(capsys, *base, "--gpu-model", "H100")  # the GPU alone: nodes of it, as the largest trial needs
+    assert alone.returncode == 0, alone.stderr
+    assert "1 node of 2 GPUs H100, as the largest trial needs" in alone.stdout and "fits no node" not in alone.stdout
     # On real GPUs a trial takes the node's cores per GPU for each of its GPUs; emulated ones keep 1.
     h100 = cli(capsys, *base, "--nodes", "2", "--gpus-per-node", "8", "--cpus-per-node", "96", "--gpu-model", "H100", "--json")
     assert h100.returncode == 0, h100.stderr
     assert sorted((t["num_gpus"], t["cpus"]) for t in json.loads(h100.stdout)["trials"]) == [(1, 12), (2, 24)]
     assert sorted(t["cpus"] for t in json.loads(cli(capsys, *base, "--json").stdout)["trials"]) == [1, 1]
     for args, words in [(["--nodes", "2"], "--nodes and --gpus-per-node go together"),
-                        (["--gpu-model", "H100"], "give --nodes and --gpus-per-node too"),
+                        (["--cpus-per-node", "8"], "give --nodes and --gpus-per-node too"),
+                        (["--gpu-model", "H100", "--address", "127.0.0.1:1"], "give one or the other"),
                         (["--nodes", "2", "--gpus-per-node", "2", "--address", "127.0.0.1:1"], "give one or the other"),
                         (["--nodes", "0", "--gpus-per-node", "2"], "--nodes: expected an integer >= 1")]:
         one_line_error(cli(capsys, *base, *args), words)

@@ -169,3 +169,30 @@ def test_speedup_and_efficiency_of_an_engine_made_run_are_its_measured_rates_rat
     cells = figures.scaling(figures.trial_figures(first.trials, first.epochs)).set_index("num_gpus")
     assert cells.loc[2, "status"] == "infeasible" and cells.loc[2, "trials"] == 0
     assert math.isnan(cells.loc[2, "speedup"]) and math.isnan(cells.loc[2, "efficiency"])
+
+
+def test_mfu_stands_beside_images_per_sec_where_rows_have_it_and_its_absence_is_said(engine_runs: EngineRuns) -> None:
+    """Issue 44: the engine's run 1 was made on emulated devices: no MFU row in the table, and a note saying why.
+    The same rows as a real GPU's would carry them (the store's utilisation on an H100 at bf16): an MFU row, each
+    cell the trial's MFU, and the MFU plot drawn."""
+    from sweep.report import plots
+    from trainables.peaks import utilisation
+
+    run = report.load_run(engine_runs.run_dir(1))
+    emulated = figures.scaling(figures.trial_figures(run.trials, run.epochs))
+    table = tables.throughput_table(emulated)
+    assert "MFU" not in table.frame.index.get_level_values(0)
+    assert any(note == "No MFU: emulated devices." for note in table.notes)
+    assert plots.plot_mfu(emulated, True) is None
+
+    trials = run.trials.copy()
+    trials["device_kind"], trials["gpu_model"], trials["computed_precision"] = "gpu", "NVIDIA H100 80GB HBM3", "bf16"
+    for column in ("achieved_tflops", "mfu", "mfu_note"):
+        trials[column] = [utilisation(row)[column] for row in trials.to_dict("records")]
+    assert trials["mfu"].notna().all()
+    on_gpu = figures.scaling(figures.trial_figures(trials, run.epochs)).set_index("num_gpus")
+    frame = tables.throughput_table(on_gpu.reset_index()).frame
+    (column,) = frame.columns
+    by_gpus = trials.set_index("num_gpus")["mfu"]
+    assert frame[column][("MFU", 1)] == pytest.approx(by_gpus[1]) and frame[column][("MFU", 2)] == pytest.approx(by_gpus[2])
+    assert plots.plot_mfu(on_gpu.reset_index(), False) is not None

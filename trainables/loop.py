@@ -56,6 +56,7 @@ class Backend(Protocol):
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int) -> None: ...
     def param_count(self) -> int: ...
+    def forward_gflops(self) -> float: ...  # the network's forward GFLOPs per image, counted on it (flops.py)
     def put(self, x: np.ndarray, y: np.ndarray) -> Any: ...  # host batch (NHWC float32) -> devices
     def synthetic(self) -> Any: ...  # one random batch made on the devices, reused every step
     # The counts are of the images the devices actually scored (read off what they computed on), so
@@ -91,6 +92,15 @@ def computed_precision(dtype: str | None, tf32_allowed: bool, tf32_hardware: boo
         return None
     return "tf32" if tf32_allowed and tf32_hardware else "fp32"
 
+
+def model_gflops(backend: Any) -> float | None:
+    """The network's forward GFLOPs per image, as its framework's counter reads the built network (training: 3x,
+    trainables/peaks.py); None where the counter cannot read it (a Keras model that is not functional, say): the
+    rows' MFU is then null, and mfu_note says why."""
+    try:
+        return backend.forward_gflops()
+    except Exception:  # noqa: BLE001 - a count is a measurement of the network, never a reason to fail its trial
+        return None
 
 def lr_at(cfg: TrialConfig, epoch: int) -> float:
     """Gradual warm-up (linear over warmup_epochs), then step decay at lr_decay_epochs."""
@@ -195,6 +205,7 @@ class TrialLoop:
             "data_kind": "synthetic" if self.synthetic else self.folder.data_kind if self.folder else "real",
             "image_size": self.image_size,
             "param_count": self.backend.param_count(),
+            "model_gflops_per_image": model_gflops(self.backend),
             "framework_version": self.backend.framework_version,
             "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0),
             "pid": os.getpid(),

@@ -97,3 +97,19 @@ def achieved_and_mfu(images_per_s: float | None, forward_gflops: float | None, d
     if peak is None:
         return achieved, None, f"no published {precision} peak for {model}"
     return achieved, achieved / peak, None
+
+
+def utilisation(row: dict) -> dict:
+    """achieved_tflops, mfu and mfu_note of a row, an epoch's or a trial's summary: its steady images/s (all of the
+    trial's GPUs together) at the training FLOPs of its model_gflops_per_image, against the peak of its gpu_model at
+    its computed_precision times its num_gpus. Where MFU cannot be had, mfu is None and mfu_note says why."""
+    gpus = row.get("num_gpus") or 1
+    rate = row.get("steady_images_per_sec")
+    precision = row.get("computed_precision")
+    emulated = row.get("device_kind") != "gpu"
+    # Per GPU, as the peaks are; the trial's achieved TFLOP/s is all of its GPUs'.
+    achieved, mfu, note = achieved_and_mfu(rate / gpus if rate else None, row.get("model_gflops_per_image"),
+                                           row.get("gpu_model"), precision or "", emulated=emulated)
+    if precision is None and mfu is None and not emulated and achieved is not None:
+        note = "the precision the steps computed in is not known"
+    return {"achieved_tflops": None if achieved is None else achieved * gpus, "mfu": mfu, "mfu_note": note}

@@ -59,6 +59,7 @@ def build_report(run: Run, target_acc: float | None = None) -> Report:
     drawn = {
         "throughput_vs_gpus": plots.plot_throughput(long, run.emulated),
         "efficiency_vs_gpus": plots.plot_efficiency(long, run.emulated),
+        "mfu_vs_gpus": plots.plot_mfu(long, run.emulated),
         "val_acc_vs_lr": plots.plot_val_acc_vs_lr(figures, run.emulated),
         "learning_curves": plots.plot_learning_curves(figures, run.epochs, run.emulated),
     }

@@ -67,6 +67,9 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     shares = {trial: input_wait_share(rows) for trial, rows in by_trial}
     fig["input_wait_share"] = [shares.get(t, math.nan) for t in fig["trial_id"]]
     fig["input_images_per_sec"] = fig["trial_id"].map(by_trial["input_images_per_sec"].mean())
+    # MFU from the summary rows (trainables/peaks.py), and why it is null where it is (null in older runs' rows).
+    fig["mfu"] = fig["mfu"] if "mfu" in fig else math.nan
+    fig["mfu_note"] = fig["mfu_note"] if "mfu_note" in fig else None
     fig["time_per_epoch_s"] = fig["mean_epoch_time_s"]
     fig["train_acc"] = fig["final_train_acc"]
     fig["val_acc"] = fig["final_val_acc"]
@@ -253,6 +256,7 @@ def scaling(figures: pd.DataFrame) -> pd.DataFrame:
                 "speedup_stderr": speedup_stderr, "efficiency_stderr": speedup_stderr / num_gpus,
                 "baseline": baseline,
                 "input_wait_share": ok["input_wait_share"].mean(), "input_images_per_sec": ok["input_images_per_sec"].mean(),
+                "mfu": ok["mfu"].mean(), "mfu_note": next(iter(ok["mfu_note"].dropna()), None),
                 "pooled": ", ".join(c for c in POOLED if ok[c].astype(str).nunique() > 1),
             })
     return pd.DataFrame(rows)

@@ -71,12 +71,8 @@ def plot_efficiency(long: pd.DataFrame, emulated: bool) -> Figure | None:
     lines = [(group, cells) for group, cells in _lines(long, "efficiency") if cells["num_gpus"].nunique() > 1]
     if not lines:
         return None
-    fig = Figure(figsize=(10, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    for group, cells in lines:
-        ax.plot(cells["num_gpus"], 100 * cells["efficiency"], marker="o", label=group)
+    fig, ax = _percent_vs_gpus(long, lines, "efficiency")
     ax.axhline(100, linestyle=":", color="gray", label="ideal (100%)")
-    ax.set_xticks(sorted(long["num_gpus"].unique()))
     return _finish(fig, ax, "GPUs per trial", "scaling efficiency (% of linear)", "Scaling efficiency vs GPUs", emulated)
 
 
@@ -130,3 +126,23 @@ def plot_learning_curves(figures: pd.DataFrame, epochs: pd.DataFrame, emulated: 
     fig.suptitle(_title("Learning curves", emulated))
     return fig
 
+
+def plot_mfu(long: pd.DataFrame, emulated: bool) -> Figure | None:
+    """MFU vs GPUs per speed group: how much of the GPUs' peak the training used; None where no cell has an MFU
+    (emulated devices, GPUs without a published peak)."""
+    lines = _lines(long, "mfu") if "mfu" in long else []
+    if not lines:
+        return None
+    fig, ax = _percent_vs_gpus(long, lines, "mfu")
+    ax.set_ylim(bottom=0)
+    return _finish(fig, ax, "GPUs per trial", "MFU (% of the GPUs' dense peak)", "Model FLOPs utilisation vs GPUs", emulated)
+
+
+def _percent_vs_gpus(long: pd.DataFrame, lines: list[tuple[str, pd.DataFrame]], column: str) -> tuple[Figure, Any]:
+    """A figure of a fraction `column` in percent against GPUs per trial, a line per group."""
+    fig = Figure(figsize=(10, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for group, cells in lines:
+        ax.plot(cells["num_gpus"], 100 * cells[column], marker="o", label=group)
+    ax.set_xticks(sorted(long["num_gpus"].unique()))
+    return fig, ax

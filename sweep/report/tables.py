@@ -42,14 +42,18 @@ def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
     groups in one order (figures.ORDER) whatever order the rows came in. Each number's stderr kept beside."""
     gpus = gpu_rows(long)
     groups = list(dict.fromkeys(in_speed_order(long, then=["num_gpus", "nodes"])["speed_group"]))
-    index = pd.MultiIndex.from_tuples([(m, n) for m in ("images/s", "speedup", "efficiency") for n in gpus],
-                                      names=["", "GPUs"])
+    with_mfu = "mfu" in long and long["mfu"].notna().any()  # real GPUs with a published peak: MFU beside images/s
+    metrics = ("images/s", "MFU", "speedup", "efficiency") if with_mfu else ("images/s", "speedup", "efficiency")
+    index = pd.MultiIndex.from_tuples([(m, n) for m in metrics for n in gpus], names=["", "GPUs"])
     frame = pd.DataFrame(NO_TRIAL, index=index, columns=groups, dtype=object)
     stderr = pd.DataFrame(math.nan, index=index, columns=groups, dtype=float)
     for _, cell in long.iterrows():
         group, gpus_row = cell["speed_group"], cell["gpus"]
         frame.loc[("images/s", gpus_row), group] = cell["images_per_sec"] if cell["trials"] else cell["status"]
         stderr.loc[("images/s", gpus_row), group] = cell.get("images_per_sec_stderr", math.nan)
+        if with_mfu:
+            frame.loc[("MFU", gpus_row), group] = (cell["mfu"] if pd.notna(cell["mfu"]) else f"n/a ({cell['mfu_note']})"
+                                                   if cell["trials"] else cell["status"])
         for metric in ("speedup", "efficiency"):
             if not cell["trials"]:
                 value = cell["status"]
@@ -62,6 +66,12 @@ def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
     notes = ["images/s: steady state (tf_cnn_benchmarks style: warm-up steps excluded), all GPUs of a trial together; "
              "speedup(n) = images/s(n) / images/s(1) of the same framework, model, batch per GPU and data; "
              "efficiency = speedup / n."]
+    if with_mfu:
+        notes.append("MFU: model FLOPs utilisation, the training FLOPs the images/s took (3x the network's forward "
+                     "FLOPs per image) over the GPUs' published dense peak at the precision computed in "
+                     "(trainables/peaks.py).")
+    elif "mfu_note" in long and long["mfu_note"].notna().any():
+        notes.append(f"No MFU: {'; '.join(sorted(set(long['mfu_note'].dropna())))}.")
     for group, baseline in long.groupby("speed_group", sort=False)["baseline"].first().items():
         if baseline != "ok":
             notes.append(f"{group}: {baseline}, so no speedup or efficiency (no baseline is invented).")
@@ -74,7 +84,7 @@ def throughput_table(long: pd.DataFrame, source: str = "") -> Table:
     if any(isinstance(g, str) for g in gpus):
         notes.append("N on K nodes: N GPUs spread over K nodes, a cell of its own (the all-reduce crosses the network).")
     return Table("throughput", f"Throughput, speedup and efficiency ({as_in('004')})", frame,
-                 units={"images/s": "img/s", "speedup": "x", "efficiency": "%"}, notes=notes, source=source,
+                 units={"images/s": "img/s", "MFU": "%", "speedup": "x", "efficiency": "%"}, notes=notes, source=source,
                  stderr=stderr)
 
 

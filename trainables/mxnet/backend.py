@@ -12,7 +12,7 @@ from mxnet.contrib import amp
 
 from trainables import zoo
 from trainables.config import TrialConfig
-from trainables.mxnet import models
+from trainables.mxnet import flops, models
 from trainables.loop import Devices
 from trainables.measure import NvmlPeakMemory
 from trainables.probe import Build, cuda_in_name
@@ -88,6 +88,8 @@ class Backend:
         self.net.initialize(init, ctx=self.ctx)
         if zoo.named(cfg.model):  # a block that initialised some parameters itself keeps them, copied to every device
             self.net.collect_params().reset_ctx(self.ctx)
+        # Counted now: once hybridized, the network runs as one graph and its layers' hooks no longer fire.
+        self.gflops = flops.forward_gflops_per_image(self.net, image_size, ctx=self.ctx[0])
         self.net.hybridize(static_alloc=True, static_shape=True)
         # dist_sync: the servers sum the workers' gradients and each worker updates its own copy, so the
         # optimizer state is local and a checkpoint holds it. dist_async: MXNet updates on the servers,
@@ -112,6 +114,10 @@ class Backend:
 
     def param_count(self) -> int:
         return int(sum(np.prod(p.shape) for p in self.net.collect_params().values()))
+
+    def forward_gflops(self) -> float:
+        """Forward GFLOPs of one image, counted as the network first ran (trainables/mxnet/flops.py)."""
+        return self.gflops
 
     def _resize(self, x: mx.nd.NDArray) -> mx.nd.NDArray:
         if x.shape[2] == self.image_size:

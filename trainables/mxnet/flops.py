@@ -8,7 +8,7 @@ import mxnet as mx
 from mxnet.gluon import nn
 
 
-def forward_gflops_per_image(net, image_size: int, channels: int = 3) -> float:
+def forward_gflops_per_image(net, image_size: int, channels: int = 3, ctx=None) -> float:  # noqa: ANN001
     """Forward GFLOPs of one image: a forward hook on every Conv2D and Dense reads its output shape."""
     flops = []
 
@@ -26,7 +26,7 @@ def forward_gflops_per_image(net, image_size: int, channels: int = 3) -> float:
     net.apply(hook)
     try:
         with mx.autograd.predict_mode():
-            net(mx.nd.zeros((1, channels, image_size, image_size)))
+            net(mx.nd.zeros((1, channels, image_size, image_size), ctx=ctx or mx.cpu()))
     finally:
         for handle in handles:
             handle.detach()

@@ -26,7 +26,7 @@ from trainables import environment, zoo
 from trainables.config import TrialConfig, ddp_timeout_s
 from trainables.loop import Devices
 from trainables.probe import Build
-from trainables.pytorch import models
+from trainables.pytorch import flops, models
 
 AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}  # mixed precision: fp32 weights, 16-bit compute
 
@@ -159,6 +159,10 @@ class Backend:
 
     def param_count(self) -> int:
         return models.count_params(self.net)
+
+    def forward_gflops(self) -> float:
+        """Forward GFLOPs of one image, counted on the network itself (trainables/pytorch/flops.py)."""
+        return flops.forward_gflops_per_image(self.net, self.image_size)
 
     def _to_device(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[2] != self.image_size:  # CIFAR at a model's larger input: resized on the device

@@ -10,7 +10,8 @@ def forward_gflops_per_image(net: torch.nn.Module, image_size: int, channels: in
     net.eval()  # one image: batch norm in training mode would refuse a batch of 1
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            net(torch.zeros(1, channels, image_size, image_size))
+            # On the network's own device (a GPU's trial counts there), one image.
+            net(torch.zeros(1, channels, image_size, image_size, device=next(net.parameters()).device))
     finally:
         net.train(was_training)
     return counter.get_total_flops() / 1e9

@@ -17,7 +17,7 @@ from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.loop import Devices
 from trainables.probe import Build
-from trainables.tensorflow import models
+from trainables.tensorflow import flops, models
 
 SUM = tf.distribute.ReduceOp.SUM
 # Keras' mixed-precision policies: fp32 variables, 16-bit compute. fp32 and tf32 compute in float32
@@ -170,6 +170,10 @@ class Backend:
 
     def param_count(self) -> int:
         return int(self.model.count_params())
+
+    def forward_gflops(self) -> float:
+        """Forward GFLOPs of one image, from the model's layer list (trainables/tensorflow/flops.py)."""
+        return flops.forward_gflops_per_image(self.model)
 
     def put(self, x: np.ndarray, y: np.ndarray) -> Any:
         y = y.astype(np.int32)
