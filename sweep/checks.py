@@ -36,7 +36,7 @@ NODE_LABEL = "ray.io/node-id"  # every Ray node carries it, with its id
 # building one after 10 minutes, runtime_env's setup_timeout_seconds).
 TIMEOUT_S = {"default": 300, "py_executable": 300, "pip": 900, "uv": 900, "image_uri": 900}
 # framework -> the (model, image side) pairs of its trials whose model is named outside the engine's zoo.
-Models = dict[str, tuple[tuple[str, int], ...]]
+Models = dict[str, tuple[tuple[str, int, int], ...]]  # framework -> (model, input side, classes)
 
 
 def start_here(frameworks: list[str], envs: dict[str, Environment], emulated: bool, models: Models | None = None,
@@ -137,14 +137,24 @@ def _gather(refs: dict[Any, tuple[Node, str]], timeout_s: float) -> dict[tuple[N
     return out
 
 
-def named_models(trials: list[TrialConfig]) -> Models:
+def named_models(trials: list[TrialConfig], data_dir: str | None = None) -> Models:
     """What each framework's check builds besides its own step: every zoo model and network of the user's own that
-    a trial trains, at each input side it trains at (docs/models.md)."""
-    out: dict[str, dict[tuple[str, int], None]] = {}
+    a trial trains, at each input side and class count it trains at (docs/models.md): an image folder's classes for
+    data: imagenet (counted once here, only where such a model trains on one), CIFAR-10's 10 otherwise."""
+    out: dict[str, dict[tuple[str, int, int], None]] = {}
+    folder_classes = None
     for t in trials:
-        if zoo.named(t.model) is not None:
-            out.setdefault(t.framework, {})[(t.model, t.image_size or zoo.default_image_size(t.model))] = None
-    return {fw: tuple(pairs) for fw, pairs in out.items()}
+        if zoo.named(t.model) is None:
+            continue
+        classes = zoo.NUM_CLASSES
+        if t.data == "imagenet" and data_dir:
+            if folder_classes is None:
+                from trainables import images
+
+                folder_classes = len(images.scan(data_dir).classes)
+            classes = folder_classes
+        out.setdefault(t.framework, {})[(t.model, t.image_size or zoo.default_image_size(t.model), classes)] = None
+    return {fw: tuple(triples) for fw, triples in out.items()}
 
 
 def model_refusal(checks: list[FrameworkCheck]) -> str | None:

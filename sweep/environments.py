@@ -252,7 +252,32 @@ def code_folder(given: str | None) -> str | None:
     folder = Path(given).expanduser()
     if not folder.is_dir():
         raise UsageError(f"--code {shown(given, 300)}: no such folder (expected the folder that holds your models' modules)")
+    size = _files_size(folder, CODE_MAX_BYTES)
+    if size >= CODE_MAX_BYTES:  # before Ray starts: Ray would refuse the package at the run's first trial
+        raise UsageError(f"--code {shown(given, 300)}: its files hold {size / 2**20:,.0f} MiB or more, and Ray ships a folder "
+                         f"of at most {CODE_MAX_BYTES / 2**20:,.0f} MiB zipped to the nodes: give a folder of the models' "
+                         "modules only (weights and data elsewhere)")
     return str(folder.resolve())
+
+
+# Ray's largest package (its gRPC message size, ray._private.runtime_env.packaging.GCS_STORAGE_MAX_SIZE): a
+# working_dir it zips and ships must be smaller. Files are counted before zipping: code compresses, so a folder of
+# code under this ships; one whose files are over it holds something else.
+CODE_MAX_BYTES = 512 * 2**20
+
+
+def _files_size(folder: Path, stop_at: int) -> int:
+    """The bytes of the files under `folder` (links not followed), counted until `stop_at` is reached."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            if total >= stop_at:
+                return total
+    return total
 
 
 def model_sources(models: list[str], code: str | None) -> list[str]:

@@ -66,7 +66,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     gcs.outlast_ray(joined=launch.address is not None)
     # An embedded Ray runs on this machine: its frameworks' checks need no Ray, and run while it starts.
     here = checks.start_here(sorted({t.framework for t in launch.trials}), launch.environments,
-                             bool(launch.emulated), checks.named_models(launch.trials),
+                             bool(launch.emulated), checks.named_models(launch.trials, launch.data_dir),
                              launch.code) if launch.address is None else {}
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
                                 job_name=launch.sweep.name, nodes=launch.nodes, emulated=bool(launch.emulated),
@@ -114,6 +114,7 @@ def prepare(args: argparse.Namespace) -> Launch:
     resumed = _resume_target(args, sweep, results) if args.resume else None
     if resumed:
         sweep = _as_started(args, sweep, resumed)
+        code = _code_as_started(args, code, resumed)
     else:
         _note_unfinished(args, sweep, results)
     envs = environments.chosen(sweep.environments, args.env)
@@ -230,6 +231,21 @@ def _as_started(args: argparse.Namespace, sweep: Sweep, resumed: RunState) -> Sw
     return overrides.apply(spec.parse(stored, sweep.path, args.max_trials), meta.overrides)
 
 
+def _code_as_started(args: argparse.Namespace, code: str | None, resumed: RunState) -> str | None:
+    """The --code folder of a resumed run: the one it was started with (run.json), unless --force takes another."""
+    meta = resumed.meta
+    if code is None and meta.code is not None:
+        if not Path(meta.code).is_dir():
+            raise UsageError(f"run {meta.run_id} was started with --code {limits.quote(meta.code)}, which is no longer a "
+                             "folder: give --code DIR with its models' modules")
+        return meta.code
+    if code != meta.code and not args.force:
+        was, now = (f"--code {limits.quote(c)}" if c else "no --code" for c in (meta.code, code))
+        raise UsageError(f"run {meta.run_id} was started with {was}, this command gives {now}; "
+                         "give the same to resume it, or --force to resume it with this one")
+    return code
+
+
 def _first_difference(old: str, new: str) -> str:
     pairs = itertools.zip_longest(old.splitlines(), new.splitlines())
     for number, (was, now) in enumerate(pairs, 1):
@@ -308,7 +324,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
                        data_dir=launch.data_dir, emulated=launch.emulated,
                        trials=[t.trial_id for t in launch.all_trials], sessions=[session],
                        overrides=dict(launch.sweep.overrides), memory_capacity_mib=launch.capacity_mib,
-                       searches_done=False if launch.searches else None)
+                       searches_done=False if launch.searches else None, code=launch.code)
         run = RunStore.create(launch.results, meta, launch.sweep.text)
         print(f"sweep {launch.sweep.name}: {limits.count(len(launch.trials), 'trial')} at scale {launch.scale}, run {meta.run_id}")
     print(f"results: {run.dir}")
@@ -329,7 +345,7 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
         # Each framework on each node, in its environment, before any trial: where it can run at all.
         started = time.time()
         found = checks.run(cluster.nodes, sorted({t.framework for t in trials}), launch.environments,
-                           environments.code_root(), launch.emulated, here, checks.named_models(trials))
+                           environments.code_root(), launch.emulated, here, checks.named_models(trials, launch.data_dir))
         if found:  # (a check started before Ray may have taken longer than the wait for it)
             print(checks.table(found, launch.environments, max(time.time() - started, *(c.seconds or 0 for c in found))))
     if refusal := checks.gpu_decode_refusal(trials, found):

@@ -283,3 +283,69 @@ def test_your_own_networks_learn_the_learnable_set(tmp_path: Path, monkeypatch: 
     print("final val_acc of your own networks:", json.dumps(final))
     assert all(acc > learnability.BAR for acc in final.values()), json.dumps(final)  # as the engine's zoo is held
     assert max(final.values()) - min(final.values()) <= learnability.TOLERANCE, json.dumps(final)
+
+
+def test_a_code_folder_larger_than_ray_ships_is_one_line_before_ray_starts(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "torch_net.py").write_text((EXAMPLES / "torch_net.py").read_text())
+    with open(code / "weights.bin", "wb") as sparse:  # 600 MiB that take no disk
+        sparse.truncate(600 * 2**20)
+    out = run_cli("plan", str(EXAMPLE_SWEEP), "--code", str(code))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "600 MiB or more" in out.stderr and "at most 512 MiB zipped" in out.stderr
+    (code / "weights.bin").unlink()
+    assert run_cli("plan", str(EXAMPLE_SWEEP), "--code", str(code)).returncode == 0
+
+
+def test_a_resume_takes_the_code_folder_its_run_was_started_with(tmp_path: Path) -> None:
+    """run.json keeps --code; a resume without it uses that folder, one that is gone or another is one line."""
+    import argparse
+
+    from sweep import launch
+    from sweep.errors import UsageError
+    from sweep.runs import RunState
+
+    code, other = tmp_path / "code", tmp_path / "other"
+    code.mkdir(), other.mkdir()
+    meta = store.RunMeta(sweep="s", run_id="r1", scale="smoke", spec_path="s.yaml", spec_sha256="0", data_dir=None,
+                         emulated=True, trials=[], code=str(code))
+    assert store.RunMeta.from_json(meta.to_json(), "run.json").code == str(code)  # stored, read back
+    resumed = RunState(tmp_path, meta, {})
+    plain, forced = argparse.Namespace(force=False), argparse.Namespace(force=True)
+    assert launch._code_as_started(plain, None, resumed) == str(code)
+    assert launch._code_as_started(plain, str(code), resumed) == str(code)
+    with pytest.raises(UsageError, match="started with --code .*code.*, this command gives --code .*other"):
+        launch._code_as_started(plain, str(other), resumed)
+    assert launch._code_as_started(forced, str(other), resumed) == str(other)
+    code.rmdir()
+    with pytest.raises(UsageError, match="which is no longer a folder: give --code DIR"):
+        launch._code_as_started(plain, None, resumed)
+    without = RunState(tmp_path, store.RunMeta(**{**meta.__dict__, "code": None}), {})
+    assert launch._code_as_started(plain, None, without) is None
+
+
+def test_the_check_builds_each_model_with_the_classes_its_trials_train_on(tmp_path: Path) -> None:
+    """data: imagenet trains on the folder's classes, not CIFAR-10's 10: a network fixed at 10 outputs is refused for
+    a folder of 3 at the framework check, in one line, before any trial."""
+    from dataclasses import replace
+
+    from sweep.imagenet_like import make_imagenet_like
+    from trainables.config import TrialConfig
+
+    make_imagenet_like(tmp_path / "data", 3, 2, 1, 0)
+    trial = TrialConfig.from_dict(dict(framework="pytorch", model="ten_outputs:build", num_gpus=1, batch_per_gpu=2,
+                                       epochs=1, lr=0.1, data="imagenet", image_size=32))
+    assert checks.named_models([trial], str(tmp_path / "data")) == {"pytorch": (("ten_outputs:build", 32, 3),)}
+    assert checks.named_models([replace(trial, data="cifar10")], str(tmp_path / "data")) == {
+        "pytorch": (("ten_outputs:build", 32, 10),)}
+    (tmp_path / "ten_outputs.py").write_text(
+        "import torch\n\ndef build(num_classes, image_size):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * image_size * image_size, 10))\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        models_of("pytorch").check_named("ten_outputs:build", 32, 10)  # fine for CIFAR-10
+        with pytest.raises(zoo.ModelError, match=r"the loop needs \(2, 3\)"):
+            models_of("pytorch").check_named("ten_outputs:build", 32, 3)
+    finally:
+        sys.path.remove(str(tmp_path))

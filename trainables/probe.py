@@ -325,7 +325,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def check_models(framework: str, models: list[tuple[str, int]]) -> None:
+def check_models(framework: str, models: list[tuple[str, int, int]]) -> None:
     """Say the zoos this framework has here, and each named model's problem: one that does not build or give one
     logit per class is refused before any trial (sweep/checks.py: model_refusal)."""
     from trainables import zoo
@@ -333,9 +333,9 @@ def check_models(framework: str, models: list[tuple[str, int]]) -> None:
     module = importlib.import_module(f"trainables.{framework}.models")
     _say(zoos=module.zoos())
     problems = []
-    for name, image_size in models:
+    for name, image_size, classes in models:  # as the trials build them: their input side and class count
         try:
-            module.check_named(name, image_size, zoo.NUM_CLASSES)
+            module.check_named(name, image_size, classes)
         except zoo.ModelError as e:
             problems.append({"model": name, "message": str(e), "known": e.known})
         except Exception as e:  # noqa: BLE001 - what the framework raised about the model, in one line
