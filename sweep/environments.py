@@ -260,6 +260,26 @@ def code_folder(given: str | None) -> str | None:
     return str(folder.resolve())
 
 
+def code_digest(folder: str | None) -> str | None:
+    """A sha256 of the files under a --code folder (their paths and bytes): a resume notices a changed folder as it
+    notices a changed sweep file. Python's bytecode caches are left out: importing the code writes them."""
+    if folder is None:
+        return None
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if not f.endswith(".pyc")):
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, folder).encode() + b"\0")
+            try:
+                with open(path, "rb") as f:
+                    for block in iter(lambda: f.read(2**20), b""):
+                        digest.update(block)
+            except OSError:  # a dangling link or an unreadable file: its name alone counts
+                continue
+    return digest.hexdigest()
+
+
 # Ray's largest package (its gRPC message size, ray._private.runtime_env.packaging.GCS_STORAGE_MAX_SIZE): a
 # working_dir it zips and ships must be smaller. Files are counted before zipping: code compresses, so a folder of
 # code under this ships; one whose files are over it holds something else.

@@ -238,11 +238,14 @@ def _code_as_started(args: argparse.Namespace, code: str | None, resumed: RunSta
         if not Path(meta.code).is_dir():
             raise UsageError(f"run {meta.run_id} was started with --code {limits.quote(meta.code)}, which is no longer a "
                              "folder: give --code DIR with its models' modules")
-        return meta.code
+        code = meta.code
     if code != meta.code and not args.force:
         was, now = (f"--code {limits.quote(c)}" if c else "no --code" for c in (meta.code, code))
         raise UsageError(f"run {meta.run_id} was started with {was}, this command gives {now}; "
                          "give the same to resume it, or --force to resume it with this one")
+    if code is not None and meta.code_sha256 and not args.force and environments.code_digest(code) != meta.code_sha256:
+        raise UsageError(f"--code {limits.quote(code)} changed since run {meta.run_id} started (its files differ); "
+                         "--force resumes it with the folder as it is now")
     return code
 
 
@@ -317,6 +320,7 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
         print(f"resuming run {meta.run_id} of {launch.sweep.name}: {len(launch.trials)} of "
               f"{len(launch.all_trials)} trials to run")
         meta.sessions.append(session)
+        meta.code, meta.code_sha256 = launch.code, environments.code_digest(launch.code)  # as --force may change it
         run.write_meta(meta)
     else:  # run.json is written once, whole, with its first session: a start stopped before it leaves nothing
         meta = RunMeta(sweep=launch.sweep.name, run_id=launch.run_id, scale=launch.scale,
@@ -324,7 +328,8 @@ def _open_run(launch: Launch, session: Session) -> RunStore:
                        data_dir=launch.data_dir, emulated=launch.emulated,
                        trials=[t.trial_id for t in launch.all_trials], sessions=[session],
                        overrides=dict(launch.sweep.overrides), memory_capacity_mib=launch.capacity_mib,
-                       searches_done=False if launch.searches else None, code=launch.code)
+                       searches_done=False if launch.searches else None, code=launch.code,
+                       code_sha256=environments.code_digest(launch.code))
         run = RunStore.create(launch.results, meta, launch.sweep.text)
         print(f"sweep {launch.sweep.name}: {limits.count(len(launch.trials), 'trial')} at scale {launch.scale}, run {meta.run_id}")
     print(f"results: {run.dir}")

@@ -121,6 +121,7 @@ class RunMeta:
     searches_done: bool | None = None
     # --code DIR, absolute: the folder of the models' modules, shipped to every node; a resume uses it again.
     code: str | None = None
+    code_sha256: str | None = None  # of that folder's files (environments.code_digest)
 
     @property
     def command(self) -> str:

@@ -5,8 +5,9 @@ Fast: the names a sweep takes; each refusal of the framework check (a function t
 wrong shape, something that is not a model of the framework, an unknown module, function or zoo name, a zoo that
 is not installed, an input size the model cannot take), built as the check builds them, in this process; the
 refusal as the driver says it; `show` printing what each trial imports. Slow: the refusal through a real run
-(exit 2, one line, before any trial); `--code` on a two-node cluster, the code shipped by Ray to the nodes; the
-examples learn the learnable set. The examples' sweep runs end to end in the docs test (docs/models.md).
+(exit 2, one line, before any trial); `--code` on a two-node cluster, the code shipped by Ray to the nodes, beside
+a Keras and a Gluon zoo model across both; a run started with `--code` resumed without it; the examples learn the
+learnable set. The examples' sweep runs end to end in the docs test (docs/models.md).
 """
 from __future__ import annotations
 
@@ -168,8 +169,8 @@ def test_pytorchs_zoos_build_their_models_where_they_import(name: str) -> None:
 @pytest.mark.slow
 def test_a_torchvision_model_trains_where_torchvision_imports(tmp_path: Path) -> None:
     """CI's second lane (.ci/run: the CUDA torch 2.13 with torchvision 0.28 and timm) trains torchvision's and timm's
-    ResNet-18 in a sweep, on 1 and 2 emulated GPUs; where they do not import (this CPU torch), the check refuses them
-    (above)."""
+    ResNet-18 in a sweep, on 1 and 2 emulated GPUs and across 2 nodes; where they do not import (this CPU torch), the
+    check refuses them (above)."""
     if not {"torchvision", "timm"} <= set(models_of("pytorch").zoos()):
         pytest.skip("torchvision or timm does not import beside torch here")
     sweep = tmp_path / "zoos.yaml"
@@ -180,6 +181,7 @@ def test_a_torchvision_model_trains_where_torchvision_imports(tmp_path: Path) ->
                 image_size: 32, data: synthetic}
         include:
           - {model: "torchvision:resnet18", num_gpus: [1, 2]}
+          - {model: "torchvision:resnet18", nodes: 2, gpus_per_node: 1}
           - {model: "timm:resnet18", num_gpus: 1}
         """))
     results = tmp_path / "results"
@@ -187,8 +189,10 @@ def test_a_torchvision_model_trains_where_torchvision_imports(tmp_path: Path) ->
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "torchvision,timm" in out.stdout  # the check's zoos column
     trials = pd.read_parquet(store.run_dirs(results, "pytorch_zoos")[-1] / "epochs")
-    assert sorted(zip(trials.model, trials.num_gpus)) == [("timm:resnet18", 1), ("torchvision:resnet18", 1),
-                                                          ("torchvision:resnet18", 2)]
+    assert sorted(zip(trials.model, trials.num_gpus, trials.nodes)) == [
+        ("timm:resnet18", 1, 1), ("torchvision:resnet18", 1, 1), ("torchvision:resnet18", 2, 1), ("torchvision:resnet18", 2, 2)]
+    across = trials[trials.nodes == 2].ray_node_id.iloc[0]
+    assert len(set(across.split(";"))) == 2  # its two ranks on two Ray nodes
     assert set(trials.param_count) == {11_181_642 + 9_600}  # ResNet-18 at 10 classes, BN statistics counted
 
 
@@ -241,6 +245,8 @@ def test_code_is_shipped_to_both_nodes_of_a_cluster(tmp_path: Path) -> None:
           - {framework: pytorch, model: "shipped_torch_net:build", nodes: 2, gpus_per_node: 1}
           - {framework: tensorflow, model: "shipped_keras_net:build", num_gpus: 1}
           - {framework: mxnet, model: "shipped_gluon_net:build", num_gpus: 2}
+          - {framework: tensorflow, model: "keras:MobileNetV2", image_size: 32, nodes: 2, gpus_per_node: 1}
+          - {framework: mxnet, model: "gluon:resnet18_v1", image_size: 32, nodes: 2, gpus_per_node: 1, kvstore: dist_sync}
         """))
     data = write_cifar10(tmp_path / "data", train_per_file=100, test=100)
     results = tmp_path / "results"
@@ -256,10 +262,12 @@ def test_code_is_shipped_to_both_nodes_of_a_cluster(tmp_path: Path) -> None:
     assert places and str(code) not in places and all("runtime_resources" in p for p in places), places
     folder = store.run_dirs(results, "shipped")[-1]
     trials, epochs = pd.read_parquet(folder / "trials"), pd.read_parquet(folder / "epochs")
-    assert set(trials.status) == {"completed"} and len(trials) == 3
-    assert sorted(trials.model) == sorted(f"shipped_{own}" for own in OWN.values())  # the name as given
-    assert len(set(epochs.param_count)) == 1  # one network, layer for layer, in every framework
-    assert set(epochs[epochs.framework == "pytorch"].ray_node_id.iloc[0].split(";")).__len__() == 2
+    assert set(trials.status) == {"completed"} and len(trials) == 5
+    own = sorted(f"shipped_{own}" for own in OWN.values())
+    assert sorted(trials.model) == sorted(own + ["keras:MobileNetV2", "gluon:resnet18_v1"])  # the names as given
+    assert len(set(epochs[epochs.model.isin(own)].param_count)) == 1  # one network, layer for layer, in every framework
+    for model in ("shipped_torch_net:build", "keras:MobileNetV2", "gluon:resnet18_v1"):  # each across both nodes
+        assert len(set(epochs[epochs.model == model].ray_node_id.iloc[0].split(";"))) == 2, model
     # Reading results never imports model code, with the code on the path.
     sentinel.write_text("")
     for command in (["report", str(folder)], ["status", str(sweep), "--results", str(results)],
@@ -302,14 +310,14 @@ def test_a_resume_takes_the_code_folder_its_run_was_started_with(tmp_path: Path)
     """run.json keeps --code; a resume without it uses that folder, one that is gone or another is one line."""
     import argparse
 
-    from sweep import launch
+    from sweep import environments, launch
     from sweep.errors import UsageError
     from sweep.runs import RunState
 
     code, other = tmp_path / "code", tmp_path / "other"
     code.mkdir(), other.mkdir()
     meta = store.RunMeta(sweep="s", run_id="r1", scale="smoke", spec_path="s.yaml", spec_sha256="0", data_dir=None,
-                         emulated=True, trials=[], code=str(code))
+                         emulated=True, trials=[], code=str(code), code_sha256=environments.code_digest(str(code)))
     assert store.RunMeta.from_json(meta.to_json(), "run.json").code == str(code)  # stored, read back
     resumed = RunState(tmp_path, meta, {})
     plain, forced = argparse.Namespace(force=False), argparse.Namespace(force=True)
@@ -318,6 +326,13 @@ def test_a_resume_takes_the_code_folder_its_run_was_started_with(tmp_path: Path)
     with pytest.raises(UsageError, match="started with --code .*code.*, this command gives --code .*other"):
         launch._code_as_started(plain, str(other), resumed)
     assert launch._code_as_started(forced, str(other), resumed) == str(other)
+    (code / "__pycache__").mkdir()  # what importing the code writes is not a change
+    assert launch._code_as_started(plain, None, resumed) == str(code)
+    (code / "net.py").write_text("")  # a changed folder is, as a changed sweep file is
+    with pytest.raises(UsageError, match="changed since run r1 started .*--force"):
+        launch._code_as_started(plain, None, resumed)
+    assert launch._code_as_started(forced, None, resumed) == str(code)
+    (code / "net.py").unlink(), (code / "__pycache__").rmdir()
     code.rmdir()
     with pytest.raises(UsageError, match="which is no longer a folder: give --code DIR"):
         launch._code_as_started(plain, None, resumed)
@@ -349,3 +364,46 @@ def test_the_check_builds_each_model_with_the_classes_its_trials_train_on(tmp_pa
             models_of("pytorch").check_named("ten_outputs:build", 32, 3)
     finally:
         sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_run_started_with_code_resumes_without_it(tmp_path: Path) -> None:
+    """A run killed before its trial ended resumes from run.json's --code: the command need not name it again, and
+    a folder changed since the start is one line, as a changed sweep file is."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    code, results, sweep = tmp_path / "code", tmp_path / "results", tmp_path / "resumed.yaml"
+    code.mkdir()
+    (code / "torch_net.py").write_text((EXAMPLES / "torch_net.py").read_text())
+    sweep.write_text(textwrap.dedent("""\
+        name: resumed
+        description: "Your own network, resumed without --code"
+        fixed: {batch_per_gpu: 16, epochs: 1, steps_per_epoch: 3, val_examples: 64, warmup_steps: 1, lr: 0.05}
+        include:
+          - {framework: pytorch, model: "torch_net:build", num_gpus: 1}
+        """))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", str(sweep), "--code", str(code), "--results", str(results)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)  # a session of its own: the test kills what it started only
+    deadline = time.time() + 240
+    while not (runs := store.run_dirs(results, "resumed")) or not (runs[-1] / "run.json").is_file():
+        assert proc.poll() is None and time.time() < deadline, "the run never started: " + proc.stdout.read()[-3000:]
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    folder = runs[-1]
+    assert store.RunStore(folder).meta.code == str(code.resolve())
+    with open(code / "torch_net.py", "a") as edited:
+        edited.write("\n# edited\n")
+    out = run_cli(str(sweep), "--results", str(results), "--resume", timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "changed since run" in out.stderr and "--force" in out.stderr, out.stderr
+    (code / "torch_net.py").write_text((EXAMPLES / "torch_net.py").read_text())
+    out = run_cli(str(sweep), "--results", str(results), "--resume", timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    trials = pd.read_parquet(folder / "trials")
+    assert list(trials.status) == ["completed"] and list(trials.model) == ["torch_net:build"]
