@@ -31,6 +31,7 @@ from sweep.limits import count
 from sweep.location import Location
 from sweep.runs import results_location
 from sweep.spec import Sweep
+from trainables import peaks
 from trainables.config import TrialConfig
 
 
@@ -552,7 +553,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         target = gpu_model_target(trials, args.gpu_model)
     target = target or embedded_target(trials, args.emulate_gpus, bool(emulated))
     trials = with_host_cpus(trials, target)
-    plan, _ = build(sweep, scale, trials, target, estimates.history(results), last_run(results, sweep.name, target.hardware),
+    history = estimates.history(results)
+    if args.gpu_model and peaks.gpu_model(args.gpu_model) is None and not any(
+            target.hardware.matches(m.hardware) for m in history.measurements):  # neither a peak nor a run to time it by
+        raise UsageError(f"--gpu-model {args.gpu_model}: unknown GPU model, with no run on it in the store; "
+                         f"{limits.known_names(args.gpu_model, peaks.PEAKS)}")
+    plan, _ = build(sweep, scale, trials, target, history, last_run(results, sweep.name, target.hardware),
                     args.max_concurrent, environments.chosen(sweep.environments, []), searches, capacity)
     print(plan.to_json() if args.json else "\n".join(plan.lines() + environments.model_sources([t.model for t in trials], code)))
     return 0

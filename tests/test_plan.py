@@ -168,6 +168,7 @@ def test_plan_for_a_described_cluster_needs_no_ray(runs: EngineRuns, capsys: pyt
     for args, words in [(["--nodes", "2"], "--nodes and --gpus-per-node go together"),
                         (["--cpus-per-node", "8"], "give --nodes and --gpus-per-node too"),
                         (["--gpu-model", "H100", "--address", "127.0.0.1:1"], "give one or the other"),
+                        (["--gpu-model", "Voodoo5"], "--gpu-model Voodoo5: unknown GPU model, with no run on it in the store; expected one of A10, "),
                         (["--nodes", "2", "--gpus-per-node", "2", "--address", "127.0.0.1:1"], "give one or the other"),
                         (["--nodes", "0", "--gpus-per-node", "2"], "--nodes: expected an integer >= 1")]:
         one_line_error(cli(capsys, *base, *args), words)
