@@ -137,6 +137,26 @@ def two_node_cluster(node: dict[str, int]):
         cluster.shutdown()
 
 
+@pytest.fixture(scope="session")
+def shared_ray() -> list[str]:
+    """One local Ray for the whole test session, four fake GPUs (the engine's default emulation for the tests'
+    sweeps): the options that make `python -m sweep` join it. An engine run that starts its own Ray pays ~4-5 s to
+    start it and ~1.5 s to stop it (issue 46); runs that join this one pay that once per session. For runs whose
+    subject is not Ray's own start and stop, nor the emulated GPU count, nor the embedded cluster's output (its
+    'emulating' line, its default smoke scale: a joined run is told `--scale smoke`). The runs join one after the
+    other, as the tests run; a run never shares it with another."""
+    from ray.cluster_utils import Cluster
+
+    # dashboard_port None: the next free port where 8265 is taken (as sweep/cluster.py starts its nodes).
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": os.cpu_count(), "num_gpus": 4,
+                                                            "dashboard_port": None})
+    cluster.wait_for_nodes()
+    try:
+        yield ["--address", cluster.address, "--scale", "smoke"]
+    finally:
+        cluster.shutdown()
+
+
 @dataclass(frozen=True)
 class EngineRuns:
     """Two runs the engine made of tiny_mxnet.yaml with SETS (two trials: 1 and 2 GPUs, one epoch each, synthetic

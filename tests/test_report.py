@@ -35,9 +35,11 @@ pytestmark = pytest.mark.slow  # three engine runs (about a minute on an idle tw
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, shared_ray: list[str]) -> dict[str, Path]:
     """The engine's runs: report_mix (a), report_mix again (b), report_fallback (no data). The fallback run
-    goes beside the first (another sweep: its own folder); b after a, whose runs share one."""
+    goes beside the first (another sweep: its own folder); b after a, whose runs share one. b joins the test
+    session's Ray (conftest's shared_ray): its default four GPUs; a and the fallback start their own, a for its
+    3 GPUs, the fallback because it runs beside a."""
     tmp = tmp_path_factory.mktemp("report")
     data = write_cifar10(tmp / "data", train_per_file=200, test=500)
     results = tmp / "results"
@@ -53,7 +55,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     with ThreadPoolExecutor(1) as beside:
         fallback = beside.submit(run, "fallback", "report_fallback.yaml", [])
         made = {"a": run("a", "report_mix.yaml", ["--emulate-gpus", "3", "--skip-infeasible"])}
-        made["b"] = run("b", "report_mix_again.yaml", [])
+        made["b"] = run("b", "report_mix_again.yaml", shared_ray)
         made["fallback"] = fallback.result()
     made["results"] = results
     return made

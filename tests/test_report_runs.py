@@ -27,9 +27,9 @@ pytestmark = pytest.mark.slow  # engine runs: about a minute each on an idle two
 
 
 @pytest.fixture(scope="module")
-def precision_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def precision_run(tmp_path_factory: pytest.TempPathFactory, shared_ray: list[str]) -> Path:
     results = tmp_path_factory.mktemp("precision") / "results"
-    out = run_cli(str(SWEEPS / "report_precision.yaml"), "--results", str(results), timeout=900)
+    out = run_cli(str(SWEEPS / "report_precision.yaml"), "--results", str(results), *shared_ray, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return store.run_dirs(results, "report_precision")[-1]
 
