@@ -40,12 +40,12 @@ LAYERS = [
     ("trial process", {"sweep.trial", "sweep.workers"}),
     ("store", {"sweep.store", "sweep.schema", "sweep.location", "sweep.errors", "sweep.terminal", "sweep.environments",
                "sweep.limits", "sweep.version"}),
-    ("frameworks", {"trainables.mxnet", "trainables.tensorflow", "trainables.pytorch"}),
+    ("frameworks", {"trainables.mxnet", "trainables.tensorflow", "trainables.pytorch", "trainables.keras"}),
     ("trainables", {"trainables.loop", "trainables.data", "trainables.images", "trainables.measure", "trainables.environment",
                     "trainables.zoo", "trainables.config", "trainables.local", "trainables.probe", "trainables.peaks",
                     "trainables.failure"}),
 ]
-FRAMEWORKS = ("mxnet", "tensorflow", "keras", "tf_keras", "torch", "trainables.mxnet", "trainables.tensorflow",
+FRAMEWORKS = ("mxnet", "tensorflow", "keras", "tf_keras", "torch", "trainables.mxnet", "trainables.tensorflow", "trainables.keras",
               "trainables.pytorch")
 PACKAGES = ("sweep", "trainables")
 

@@ -1,0 +1,1 @@
+"""framework: keras: Keras 3 on the jax, tensorflow or torch backend."""
