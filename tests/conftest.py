@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -147,9 +148,13 @@ def shared_ray() -> list[str]:
     other, as the tests run; a run never shares it with another."""
     from ray.cluster_utils import Cluster
 
-    # dashboard_port None: the next free port where 8265 is taken (as sweep/cluster.py starts its nodes).
+    # Its dashboard on a free port other than Ray's 8265: it lives for the rest of the session, and a test of the
+    # engine's own dashboard (test_watching.py) asserts that 8265 is free.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": os.cpu_count(), "num_gpus": 4,
-                                                            "dashboard_port": None})
+                                                            "dashboard_port": port})
     cluster.wait_for_nodes()
     try:
         yield ["--address", cluster.address, "--scale", "smoke"]
