@@ -417,6 +417,7 @@ class Estimator:
 
     def __init__(self, past: History, hardware: Hardware) -> None:
         self.hardware, self.past = hardware, past
+        self.others: dict[str, tuple[Estimator, float] | None] = {}  # _other_gpu's, by precision: made once
         self.found = [m for m in past.measurements if hardware.matches(m.hardware)]
         gaps = [g.seconds for g in past.gaps if hardware.matches(g.hardware)]
         self.gap = statistics.median(gaps) if gaps else 0.0  # Tune's start-up per trial, for the makespan
@@ -513,7 +514,13 @@ class Estimator:
                      f"MFU {mfu:.0%} ({learnt}) of {peak:.0f} TFLOP/s at {trial.precision}{start} (error unknown)")
 
     def _other_gpu(self, precision: str) -> tuple[Estimator, float] | None:
-        """The GPU with the most measured trials whose peak at `precision` is published, and that peak."""
+        """The GPU with the most measured trials whose peak at `precision` is published, and that peak; its
+        Estimator (a leave-one-out fit of its trials) is made once per precision, not once per trial."""
+        if precision not in self.others:
+            self.others[precision] = self._find_other_gpu(precision)
+        return self.others[precision]
+
+    def _find_other_gpu(self, precision: str) -> tuple[Estimator, float] | None:
         counts = Counter(m.hardware.model for m in self.past.measurements
                          if m.hardware.kind == "gpu" and not self.hardware.matches(m.hardware))
         for model, _ in counts.most_common():
