@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         o, p = statistics.median(times["ours"]), statistics.median(times["plain"])
         print(f"{args.model} batch {args.batch_per_gpu} {args.precision}{' compiled' if args.compile else ''} on {args.device}, {world} rank(s), {len(times['ours'])} timed steps each: "
-              f"median step ours {o * 1e3:.2f} ms, plain {p * 1e3:.2f} ms; plain/ours {p / o:.3f}", flush=True)
+              f"median step ours {o * 1e3:.4f} ms, plain {p * 1e3:.4f} ms; plain/ours {p / o:.3f}", flush=True)
     if world > 1:
         os._exit(0)  # gloo's threads abort a normal exit at times (torch_ddp_peer.py)
     return 0
