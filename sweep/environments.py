@@ -48,7 +48,7 @@ KINDS = ("py_executable", "pip", "uv", "image_uri")
 # Where `env create` puts its environments: $SWEEP_ENVS, else the user's data folder.
 ROOT_VAR = "SWEEP_ENVS"
 MARKER = "sweep-env.json"  # written last by `env create`: the environment is complete
-CREATABLE = ("mxnet",)  # frameworks `env create` makes an environment for
+CREATABLE = ("mxnet", "keras")  # frameworks `env create` makes an environment for
 EXPECTED = ("a mapping with one of py_executable (an interpreter), pip or uv (a list of requirements), "
             "image_uri (a container image), and optionally env_vars")
 

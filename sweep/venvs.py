@@ -76,7 +76,7 @@ def requirements(framework: str, gpu: bool) -> list[str]:
     ray = f"ray=={metadata.version('ray')}"
     out = [ray if _name(r) == "ray" else r for r in base if _name(r) not in DRIVER_ONLY]
     for r in extras[framework]:
-        cpu_name, gpu_name = GPU_BUILDS[framework]
+        cpu_name, gpu_name = GPU_BUILDS.get(framework, ("", ""))
         out.append(r.replace(cpu_name, gpu_name, 1) if gpu and _name(r) == cpu_name else r)
     return out
 
@@ -86,7 +86,9 @@ def create(framework: str, gpu: bool) -> int:
     if framework not in environments.CREATABLE:
         raise UsageError(f"env create: no environment recipe for {framework} (only {', '.join(environments.CREATABLE)}); "
                          f"{framework} runs in the driver's Python: pip install -e '.[{framework}]'")
-    if sys.version_info[:2] > NEWEST_PYTHON[framework]:
+    if gpu and framework not in GPU_BUILDS:  # a GPU machine's image brings its own CUDA JAX (docs/install.md)
+        raise UsageError(f"env create: --gpu is for {', '.join(GPU_BUILDS)} only; {framework}'s environment is CPU-only")
+    if sys.version_info[:2] > NEWEST_PYTHON.get(framework, sys.version_info[:2]):
         newest = ".".join(map(str, NEWEST_PYTHON[framework]))
         raise UsageError(f"env create: {framework} runs on Python {newest} at the newest (numpy 1.26 has no wheel for "
                          f"{platform.python_version()}): run the driver on Python {newest} or older")

@@ -61,7 +61,8 @@ def test_packing_benchmark_trials_are_engine_trials() -> None:
                                     "estimates.py", "soak.py", "gpu_yardsticks.py", "learnability.py",
                                     "cifar10_conv_collapse.py", "gpu_torch_yardsticks.py", "torch_ddp_peer.py",
                                     "input_pipeline.py", "max_batch.py", "torch_step_ab.py", "cpu_share.py",
-                                    "mxnet_record_loader.py", "imagenet_loader.py", "tf_imagenet_loader.py"])
+                                    "mxnet_record_loader.py", "imagenet_loader.py", "tf_imagenet_loader.py",
+                                    "jax_peer.py", "keras_peer.py", "keras_yardsticks.py"])
 def test_script_help(script: str) -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
@@ -277,3 +278,37 @@ def test_idle_ray_holds_an_embedded_ray_with_its_dashboard_for_the_block_only(mo
         held = ray_processes()
         assert set(held) == {"gcs_server", "raylet", "dashboard.py"}
     assert not [name for name, p in held.items() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _jax_python() -> str | None:
+    """An interpreter with JAX and Keras 3: this one, else the environment `env create keras` made; None: neither."""
+    import importlib.util
+
+    from sweep import environments
+
+    if importlib.util.find_spec("jax") and importlib.util.find_spec("keras"):
+        return sys.executable
+    made = environments.made_environment("keras")
+    return str(made.value) if made else None
+
+
+@pytest.mark.parametrize("peer", ["jax_peer.py", "keras_peer.py"])
+def test_the_jax_and_keras_peers_train_and_print_their_figure(peer: str) -> None:
+    """Each peer trains resnet8_cifar data parallel on 2 host devices and prints its one JSON line: the
+    network's trainable parameters are the engine's (trainables/tensorflow/models.py: 75,290), the loss finite."""
+    import json
+    import math
+
+    python = _jax_python()
+    if python is None:
+        pytest.skip("no JAX here and no environment made by `python -m sweep env create keras`")
+    proc = subprocess.run([python, str(ROOT / "benchmarks" / peer), "--devices", "2", "--batch-per-gpu", "8",
+                           "--warmup-steps", "1", "--steps", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, proc.stdout
+    assert lines[0]["params"] == 75290 and lines[0]["devices"] == 2 and lines[0]["timed_steps"] == 2
+    assert lines[0]["steady_images_per_sec"] > 0 and math.isfinite(lines[0]["loss"])
+    bad = subprocess.run([python, str(ROOT / "benchmarks" / peer), "--model", "vgg16"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "expected resnet<6n+2>_cifar or resnet50_v1" in bad.stderr

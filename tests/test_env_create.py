@@ -178,3 +178,41 @@ def test_a_sweep_runs_mxnet_in_its_environment_and_tensorflow_in_the_drivers(tmp
             assert r["environment"] is None and r["python_executable"] == sys.executable, r
     checks = json.loads((run_dir / "run.json").read_text())["sessions"][0]["checks"]
     assert {c["framework"]: c["ok"] for c in checks} == dict.fromkeys(frameworks, True)
+
+
+def test_the_keras_environment_holds_jax_on_numpy_2_and_is_cpu_only(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keras 3 on JAX needs numpy >= 2 (jax 0.10.2 says so): its environment holds jax[cpu], keras 3 and numpy 2
+    besides what a trial imports; --gpu is refused in one line before anything is made (a GPU machine's
+    image brings its own CUDA JAX)."""
+    from importlib import metadata
+
+    from sweep.errors import UsageError
+
+    wanted = venvs.requirements("keras", False)
+    assert {"keras>=3.15,<4", "jax[cpu]>=0.10", "numpy>=2", f"ray=={metadata.version('ray')}"} <= set(wanted)
+    assert not any(r.startswith(("matplotlib", "mxnet", "tensorflow", "torch")) for r in wanted)
+    monkeypatch.setenv(environments.ROOT_VAR, str(tmp_path))
+    with pytest.raises(UsageError, match=r"--gpu is for mxnet only; keras's environment is CPU-only"):
+        venvs.create("keras", True)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_create_keras_makes_a_numpy_2_jax_environment_then_changes_nothing(tmp_path: Path) -> None:
+    """A real `env create keras` (pip's cache makes it about 40 s; 1.2 GB), then a second that changes nothing."""
+    create = ("import sys; from sweep import venvs; sys.exit(venvs.create('keras', False))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), environments.ROOT_VAR: str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", create], cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
+    assert first.returncode == 0 and "keras environment ready" in first.stdout, first.stdout + first.stderr[-3000:]
+    folder = next(tmp_path.glob("keras-py*"))
+    versions = subprocess.run([str(folder / "bin" / "python"), "-c",
+                               "import numpy, jax, keras; print(numpy.__version__, jax.__version__, keras.version(), "
+                               "jax.devices()[0].platform)"], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "KERAS_BACKEND": "jax"})
+    numpy_version, jax_version, keras_version, platform_name = versions.stdout.split()
+    assert numpy_version.startswith("2.") and keras_version.startswith("3.") and platform_name == "cpu", versions
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+    second = subprocess.run([sys.executable, "-c", create], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert second.returncode == 0 and "up to date, nothing changed" in second.stdout, second.stdout + second.stderr
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()} == before
