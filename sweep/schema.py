@@ -50,7 +50,7 @@ CONFIG_COLUMNS: dict[str, pa.DataType] = {
     "cpus_per_trial": pa.int64(), "kvstore": pa.string(), "nodes": pa.int64(), "gpus_per_node": pa.int64(),
     "variable_update": pa.string(), "precision": pa.string(), "compile": pa.bool_(), "cpus_per_gpu": pa.int64(),
     "max_batch_probe": pa.string(), "memory_capacity_mib": pa.float64(), "loader_workers": pa.int64(),
-    "decode": pa.string(),
+    "decode": pa.string(), "keras_backend": pa.string(),
 }
 assert set(CONFIG_COLUMNS) - {"global_batch"} == set(field_names()), "every TrialConfig field is a column"
 ENV_COLUMNS: dict[str, pa.DataType] = {

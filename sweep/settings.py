@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from sweep import batch_search, limits
 from trainables import zoo
-from trainables.config import DATA_KINDS, DECODES, FRAMEWORKS, KVSTORES, PRECISIONS, RENAMED, VARIABLE_UPDATES, field_names
+from trainables.config import DATA_KINDS, DECODES, FRAMEWORKS, KERAS_BACKENDS, KVSTORES, PRECISIONS, RENAMED, VARIABLE_UPDATES, field_names
 
 
 def integer(lo: int, hi: int, allow_none: bool = False) -> Callable[[Any], str | None]:
@@ -114,6 +114,7 @@ CHECKS: dict[str, Callable[[Any], str | None]] = {
     "compile": _bool,
     "loader_workers": _setting_int("loader_workers", 0, allow_none=True),
     "decode": _choice(DECODES),
+    "keras_backend": _choice(KERAS_BACKENDS),
     **SEARCH_CHECKS,
 }
 # Set by the engine, never by a sweep file.

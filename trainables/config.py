@@ -26,10 +26,13 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # Where data: imagenet's JPEGs are decoded: by the input workers on the CPU, or batched on the trial's GPU (nvJPEG,
 # through torchvision.io.decode_jpeg: PyTorch only, where torchvision imports; trainables/pytorch/input.py).
 DECODES = ("cpu", "gpu")
+# The framework Keras 3 runs on (framework: keras; trainables/keras/). Keras's own default is tensorflow.
+KERAS_BACKENDS = ("jax", "tensorflow", "torch")
 # Fields added after runs were stored, with the value those runs had: left out of the trial id while
 # they hold it, so that the id of every older trial stays what it was (resumes still match).
 ADDED_LATER = {"precision": "tf32", "xla": False, "max_batch_probe": None, "memory_capacity_mib": None,
-               "loader_workers": None, "decode": "cpu"}
+               "loader_workers": None, "decode": "cpu",
+               "keras_backend": "tensorflow"}
 # Settings renamed after runs were stored: old name -> new. Sweep files, --set and stored configs may use
 # the old name; a trial id hashes the setting under its old name, so that the ids of older runs hold.
 RENAMED = {"xla": "compile"}
@@ -55,6 +58,7 @@ FRAMEWORK_SETTINGS: dict[str, tuple[str, ...]] = {
     "mxnet": ("kvstore",),
     "tensorflow": ("variable_update", "compile"),
     "pytorch": ("compile", "decode"),
+    "keras": ("keras_backend", "compile"),
 }
 
 
@@ -107,6 +111,7 @@ class TrialConfig:
     # Worker processes of the framework's input pipeline per GPU (data: imagenet): None, the trial's CPUs per GPU.
     loader_workers: int | None = None
     decode: str = "cpu"  # DECODES: where data: imagenet's JPEGs are decoded
+    keras_backend: str = "tensorflow"  # KERAS_BACKENDS: framework: keras only
 
     def __post_init__(self) -> None:
         if self.gpus_per_node is None:  # a config made outside the spec loader (trainables.local, tests)
