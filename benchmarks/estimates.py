@@ -12,8 +12,9 @@ learnt before it, against the makespan it took; the makespan the session itself 
 Prints a line per run, then the median |error| by source (measured: earlier runs of the same trial;
 model: the model's cost at the measured rate) and overall, and how often the stated range held: an
 estimate of s seconds +-u states s / (1 + u) to s x (1 + u), and it held when the trial's wall time lay
-in it (`held`: of the trials whose estimate stated a range; those with "error unknown" state none). Runs
-whose trials had no earlier run on their hardware get no estimate (source "none").
+in it (`held`: of the trials whose estimate stated a range; those with "error unknown" state none, and
+count as missed in the share of all estimates), and the median stated +-u (a range that holds everything
+says nothing). Runs whose trials had no earlier run on their hardware get no estimate (source "none").
 
 SWEEP: only these sweeps' runs are replayed (the history they learn from is still the whole store).
 """
@@ -69,6 +70,7 @@ def main() -> None:
 
     errors: dict[str, list[float]] = {"measured": [], "model": []}
     held: dict[str, list[bool]] = {"measured": [], "model": []}  # per trial with a stated range: did it hold
+    widths: list[float] = []  # the stated +-u of each: a range that holds everything says nothing
     unranged = 0
     makespans: list[tuple[float, float, float | None]] = []  # (replayed, taken, recorded)
     print(f"{'sweep':<22} {'run':<22} {'trials':>6} {'measured':>9} {'model':>6} {'none':>5} {'|error|':>8} "
@@ -92,7 +94,7 @@ def main() -> None:
 
         for m in found:
             guess = estimator_for(m.hardware).guess(m.config)
-            if guess.seconds is None:
+            if guess.seconds is None or guess.source not in errors:  # nothing run on its hardware yet: a prior, or nothing
                 by_source["none"].append(0.0)
                 continue
             error = (guess.seconds - m.wall_s) / m.wall_s
@@ -103,6 +105,7 @@ def main() -> None:
                 unranged += 1
             else:
                 ranges.append(off_by(guess.seconds, m.wall_s) <= guess.uncertainty + 1e-9)
+                widths.append(guess.uncertainty)
                 held[guess.source].append(ranges[-1])
         spans = []
         for session in estimated_sessions(run.meta, run.rows):
@@ -127,7 +130,9 @@ def main() -> None:
           f"(n={len(errors['measured'])}), model {_pct(errors['model'])} (n={len(errors['model'])})")
     ranged = held["measured"] + held["model"]
     print(f"stated ranges held for {_percent(ranged)} of the {len(ranged)} trials that had one (measured "
-          f"{_share(held['measured'])}, model {_share(held['model'])}); {unranged} estimates stated no range (error unknown)")
+          f"{_share(held['measured'])}, model {_share(held['model'])}); median range +-{_pct(widths)}; "
+          f"{unranged} estimates stated no range (error unknown): held for {_percent(ranged + [False] * unranged)} "
+          f"of all {len(every)} estimates")
     if makespans:
         replay = [abs(a - b) / b for a, b, _ in makespans]
         recorded = [abs(c - b) / b for _, b, c in makespans if c is not None]

@@ -101,10 +101,10 @@ class Plan:
     gpu_hours: float | None
     gpu_hours_range: list[float] | None
     history: str  # what the estimates stand on
-    model_error: float | None  # the model-cost estimate's median error on the measured trials (leave one out)
+    model_error: float | None  # the model-cost estimate's median error on the measured trials (each from the other runs')
     last_run: Comparison | None  # the latest run's estimates against what its trials took
     notes: list[str] = dataclasses.field(default_factory=list)  # what the plan cannot show in its table
-    environments: dict[str, str] = dataclasses.field(default_factory=dict)  # framework -> where its trials run
+    environments: dict[str, str] = dataclasses.field(default_factory=dict)  # runs_as (keras/jax) -> where its trials run
     searches: list[SearchPlan] = dataclasses.field(default_factory=list)  # batch_per_gpu: max, one per configuration
 
     def to_json(self) -> str:
@@ -464,7 +464,7 @@ def _totals(ordered: list[TrialConfig], guesses: dict[str, estimates.Guess], gap
 def _history_line(estimator: Estimator) -> str:
     if not estimator.found:
         return f"estimates: no earlier run on {estimator.hardware} in the store; a first run of the sweep teaches them"
-    error = (f"; the model-cost estimate's error on them +-{estimator.model_error:.0%} (median, each predicted from the others)"
+    error = (f"; the model-cost estimate's error on them +-{estimator.model_error:.0%} (median, each predicted from the other runs')"
              if estimator.model_error is not None else "")
     gap = (f"; the makespan adds Tune's start-up, {estimator.gap:.1f} s per trial in {count(estimator.gap_sessions, 'earlier session')}"
            if estimator.gap_sessions else "")

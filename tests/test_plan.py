@@ -121,9 +121,9 @@ def test_plan_lists_trials_fits_and_estimates_without_data_or_ray(runs: EngineRu
     walls = [runs.trials(i).wall_time_s[one] for i in (0, 1)]
     row = next(line for line in lines if line.startswith(f"  {one}"))
     assert "median of 2 earlier runs of this trial" in row and f"{statistics.median(walls):.3g} s" in row
-    # The 2-GPU trial ran once (the first run found it no node): its spread is the one repeated trials showed.
-    # (The range that holds both: median / (1 + u) to median x (1 + u).)
-    spread = max(max(w, statistics.median(walls)) / min(w, statistics.median(walls)) for w in walls) - 1
+    # The 2-GPU trial ran once (the first run found it no node): its spread is the one repeated trials showed, each
+    # run against the other (what a measured estimate, the earlier run, was off by: max(a / b, b / a) - 1).
+    spread = max(walls) / min(walls) - 1
     assert f"1 earlier run of this trial; repeats here vary +-{spread:.0%}" in next(l for l in lines if l.startswith(f"  {two}"))
     assert "estimates from 2 trials measured in 2 earlier runs on cpu-emulated" in out.stdout
     # The last run's estimates set against what its trials took, as run.json and the summary rows say.
@@ -172,6 +172,44 @@ def test_plan_for_a_described_cluster_needs_no_ray(runs: EngineRuns, capsys: pyt
                         (["--nodes", "2", "--gpus-per-node", "2", "--address", "127.0.0.1:1"], "give one or the other"),
                         (["--nodes", "0", "--gpus-per-node", "2"], "--nodes: expected an integer >= 1")]:
         one_line_error(cli(capsys, *base, *args), words)
+
+
+def test_plan_for_a_gpu_without_a_published_peak_times_it_by_its_own_runs(runs: EngineRuns, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """Issue 44: `plan --gpu-model M` for a GPU the peak table lacks is refused only when the store has no run on it
+    either. Here the engine's two runs, their summary rows marked as run on an RTX 4090 (no published peak): accepted,
+    each trial timed from those runs (measured, or the model at their rate), its basis said, nothing scaled by peaks."""
+    results = tmp_path / "results"
+    shutil.copytree(runs.results, results)
+    for part in (results / "tiny_mxnet").glob("*/trials/*.parquet"):
+        rows = pd.read_parquet(part)
+        rows["device_kind"], rows["gpu_model"] = "gpu", "NVIDIA GeForce RTX 4090"
+        rows.to_parquet(part)
+    from trainables import peaks
+
+    assert peaks.gpu_model("RTX 4090") is None
+    one, two = (t.trial_id for t in _trials())
+    out = cli(capsys, "plan", SWEEP, *SETS, "--results", str(results), "--gpu-model", "RTX 4090")
+    assert out.returncode == 0, out.stderr
+    assert "1 node of 2 GPUs RTX 4090, as the largest trial needs" in out.stdout
+    assert "estimates from 2 trials measured in 2 earlier runs on gpu (RTX 4090)" in out.stdout
+    lines = out.stdout.splitlines()
+    walls = [runs.trials(i).wall_time_s[one] for i in (0, 1)]
+    assert "median of 2 earlier runs of this trial" in next(line for line in lines if line.startswith(f"  {one}"))
+    assert f"{statistics.median(walls):.3g} s" in next(line for line in lines if line.startswith(f"  {one}"))
+    assert "1 earlier run of this trial" in next(line for line in lines if line.startswith(f"  {two}"))
+    assert "TFLOP/s" not in out.stdout and "error unknown" not in out.stdout  # nothing scaled by a peak, nothing unknown
+    # Trials never run: the model's cost at those runs' rate, on their GPU.
+    other = cli(capsys, "plan", SWEEP, "--set", "epochs=2", "--set", "batch_per_gpu=8", "--results", str(results),
+                "--gpu-model", "RTX 4090", "--json")
+    assert other.returncode == 0, other.stderr
+    trials = json.loads(other.stdout)["trials"]
+    assert [t["source"] for t in trials] == ["model", "model"] and all(t["seconds"] > 0 for t in trials)
+    assert all("model cost at the rate of 2 measured trials (error unknown" in t["basis"] for t in trials)
+    assert all(t["uncertainty"] is None for t in trials)  # one trial on 1 GPU, one on 2: neither predicts the other
+    # The same GPU with no run in the store: refused, as before.
+    one_line_error(cli(capsys, "plan", SWEEP, *SETS, "--results", str(tmp_path / "empty"), "--gpu-model", "RTX 4090"),
+                   "--gpu-model RTX 4090: unknown GPU model, with no run on it in the store")
 
 
 def test_runs_lists_every_run_with_its_counts_gpu_hours_date_and_command(runs: EngineRuns, tmp_path: Path,
@@ -294,9 +332,10 @@ def test_a_damaged_run_is_listed_as_such_and_can_still_be_deleted(runs: EngineRu
 
 
 @pytest.mark.slow
-def test_resume_of_a_run_not_the_latest_with_retry_failed_and_force(runs: EngineRuns, tmp_path: Path) -> None:
+def test_resume_of_a_run_not_the_latest_with_retry_failed_and_force(runs: EngineRuns, tmp_path: Path,
+                                                                     shared_ray: list[str]) -> None:
     """The first run (its 2-GPU trial infeasible on one emulated GPU) resumed by its id while a later run exists,
-    on the default four GPUs: --retry-failed runs the infeasible trial, --force takes the run as it was started
+    on the shared Ray's four GPUs: --retry-failed runs the infeasible trial, --force takes the run as it was started
     (its --set values, not the ones given now); the completed trial is not trained again, the later run untouched."""
     results = tmp_path / "results"
     shutil.copytree(runs.results, results)
@@ -304,7 +343,7 @@ def test_resume_of_a_run_not_the_latest_with_retry_failed_and_force(runs: Engine
     one, two = (t.trial_id for t in _trials())
     later = {p: p.read_bytes() for p in (results / "tiny_mxnet" / second).rglob("*") if p.is_file()}
     out = run_cli(SWEEP, "--resume", first, "--retry-failed", "--force", "--set", "epochs=2", "--results", str(results),
-                  timeout=400, env={"SWEEP_PROGRESS": "live"})
+                  *shared_ray, timeout=400, env={"SWEEP_PROGRESS": "live"})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     # SWEEP_PROGRESS=live: the live view although the output is a pipe (plain lines otherwise: test_watching).
     assert "\x1b[" in out.stdout and "] 2/2 trials  0 running  0 failed  0 pending" in out.stdout, out.stdout[-2000:]
