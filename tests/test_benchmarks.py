@@ -5,6 +5,7 @@ take seconds.
 """
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -57,17 +58,49 @@ def test_packing_benchmark_trials_are_engine_trials() -> None:
     assert makespan < packing.simulate(trials, seconds, [8, 8], [64, 64])
 
 
-@pytest.mark.parametrize("script", ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makespan.py",
-                                    "estimates.py", "soak.py", "gpu_yardsticks.py", "learnability.py",
-                                    "cifar10_conv_collapse.py", "gpu_torch_yardsticks.py", "torch_ddp_peer.py",
-                                    "input_pipeline.py", "max_batch.py", "torch_step_ab.py", "cpu_share.py",
-                                    "mxnet_record_loader.py", "imagenet_loader.py", "tf_imagenet_loader.py",
-                                    "jax_peer.py", "keras_peer.py", "keras_yardsticks.py"])
-def test_script_help(script: str) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "usage" in proc.stdout
+SCRIPTS = ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makespan.py",
+           "estimates.py", "soak.py", "gpu_yardsticks.py", "learnability.py",
+           "cifar10_conv_collapse.py", "gpu_torch_yardsticks.py", "torch_ddp_peer.py",
+           "input_pipeline.py", "max_batch.py", "torch_step_ab.py", "cpu_share.py",
+           "mxnet_record_loader.py", "imagenet_loader.py", "tf_imagenet_loader.py",
+           "jax_peer.py", "keras_peer.py", "keras_yardsticks.py"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_help(script: str, scripts_help: dict[str, dict]) -> None:
+    got = scripts_help[script]
+    assert got["code"] == 0, got["error"]
+    assert "usage" in got["stdout"]
+
+
+# Each script's `SCRIPT --help`, run as `python SCRIPT` runs it (runpy, as __main__, argv and sys.path[0] as a
+# script gets them), all in one interpreter: a process per script paid its framework's import each time, 5-23 s
+# a script on a loaded machine (issue 46); here torch, TensorFlow and MXNet are imported once.
+_HELP_ALL = """
+import contextlib, io, json, runpy, sys, traceback
+folder, names, found = sys.argv[1], sys.argv[2:], {}
+sys.path.insert(0, folder)
+for name in names:
+    out, code, error = io.StringIO(), 0, ""
+    sys.argv = [f"{folder}/{name}", "--help"]
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(f"{folder}/{name}", run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        code, error = 1, traceback.format_exc()
+    found[name] = {"code": code, "stdout": out.getvalue(), "error": error}
+print(json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def scripts_help() -> dict[str, dict]:
+    proc = subprocess.run([sys.executable, "-c", _HELP_ALL, str(ROOT / "benchmarks"), *SCRIPTS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_cpu_share_tally_keeps_the_intervals_the_ranks_fill() -> None:
@@ -292,6 +325,7 @@ def _jax_python() -> str | None:
     return str(made.value) if made else None
 
 
+@pytest.mark.slow  # each peer imports JAX and compiles its step: 19-21 s apiece in the fast lane beside other work
 @pytest.mark.parametrize("peer", ["jax_peer.py", "keras_peer.py"])
 def test_the_jax_and_keras_peers_train_and_print_their_figure(peer: str) -> None:
     """Each peer trains resnet8_cifar data parallel on 2 host devices and prints its one JSON line: the

@@ -12,11 +12,12 @@ from sweep.runner import _failure_status
 
 
 @pytest.mark.slow
-def test_failed_trials_are_rows_and_the_sweep_goes_on(tmp_path: Path) -> None:
+def test_failed_trials_are_rows_and_the_sweep_goes_on(tmp_path: Path, shared_ray: list[str]) -> None:
     results = tmp_path / "results"
     # TUNE_PRINT_ALL_TRIAL_ERRORS=1 brings back Tune's own traceback per failed trial, on stderr (the engine sets
-    # it to 0 unless given; tests/test_report.py's failing run checks that default).
-    out = run_cli(str(SWEEPS / "failures.yaml"), "--results", str(results), timeout=400,
+    # it to 0 unless given; tests/test_report.py's failing run checks that default). On the session's shared Ray:
+    # what fails here is the trials, not Ray's start.
+    out = run_cli(str(SWEEPS / "failures.yaml"), "--results", str(results), *shared_ray, timeout=400,
                   env={"TUNE_PRINT_ALL_TRIAL_ERRORS": "1"})
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]  # some trials failed
     assert "Traceback" not in out.stdout

@@ -244,7 +244,8 @@ def test_a_run_on_a_folder_not_packed_stops_before_any_trial_in_one_line(generat
 
 
 @pytest.mark.slow
-def test_mxnet_trials_on_1_and_2_gpus_learn_a_packed_generated_image_folder_through_the_sweep(tmp_path: Path) -> None:
+def test_mxnet_trials_on_1_and_2_gpus_learn_a_packed_generated_image_folder_through_the_sweep(tmp_path: Path,
+                                                                                              shared_ray: list[str]) -> None:
     from conftest import run_cli
 
     from sweep import store
@@ -262,7 +263,8 @@ def test_mxnet_trials_on_1_and_2_gpus_learn_a_packed_generated_image_folder_thro
         grid: {num_gpus: [1, 2]}
         """))
     results = tmp_path / "results"
-    out = run_cli(str(sweep), "--data-dir", str(data_dir), "--results", str(results), "--emulate-gpus", "2", timeout=900)
+    # On the session's shared Ray (its emulated GPUs): the subject is the input pipeline, not Ray's start.
+    out = run_cli(str(sweep), "--data-dir", str(data_dir), "--results", str(results), *shared_ray, timeout=900)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
     epochs = store.RunStore(store.run_dirs(results, "imagenet")[-1]).epochs()
     assert len(epochs) == 10

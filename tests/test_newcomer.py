@@ -207,15 +207,16 @@ def test_comparing_tables_of_other_groups_warns_of_nothing() -> None:
 # --- runs with and without --env (engine-made) ------------------------------------------------------------
 
 @pytest.mark.slow
-def test_env_runs_are_quiet_and_a_comparison_names_the_environment(tmp_path: Path) -> None:
+def test_env_runs_are_quiet_and_a_comparison_names_the_environment(tmp_path: Path, shared_ray: list[str]) -> None:
     """The same one-trial sweep, run plainly, then with MXNet's trials under --env (this interpreter, so in
     worker actors): the second prints no raylet alarm and no colour codes, and `report --against` lists
-    the environment among what differs. A plan for other hardware quotes no estimate error of this one."""
+    the environment among what differs. A plan for other hardware quotes no estimate error of this one. Both runs
+    on the session's shared Ray: their subject is the environment and the report, not Ray's start."""
     results = tmp_path / "results"
-    plain = run_cli(ONE_TRIAL, "--results", str(results), "--set", "data=synthetic", timeout=900)
+    plain = run_cli(ONE_TRIAL, "--results", str(results), "--set", "data=synthetic", *shared_ray, timeout=900)
     assert plain.returncode == 0, plain.stdout[-2000:] + plain.stderr[-2000:]
     env = run_cli(ONE_TRIAL, "--results", str(results), "--set", "data=synthetic", "--env", f"mxnet={sys.executable}",
-                  timeout=900)
+                  *shared_ray, timeout=900)
     assert env.returncode == 0, env.stdout[-2000:] + env.stderr[-2000:]
     both = env.stdout + env.stderr
     assert "(raylet)" not in both and "A worker died" not in both and "\x1b[" not in both

@@ -367,7 +367,7 @@ def test_the_check_builds_each_model_with_the_classes_its_trials_train_on(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_run_started_with_code_resumes_without_it(tmp_path: Path) -> None:
+def test_a_run_started_with_code_resumes_without_it(tmp_path: Path, shared_ray: list[str]) -> None:
     """A run killed before its trial ended resumes from run.json's --code: the command need not name it again, and
     a folder changed since the start is one line, as a changed sweep file is."""
     import os
@@ -403,7 +403,8 @@ def test_a_run_started_with_code_resumes_without_it(tmp_path: Path) -> None:
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "changed since run" in out.stderr and "--force" in out.stderr, out.stderr
     (code / "torch_net.py").write_text((EXAMPLES / "torch_net.py").read_text())
-    out = run_cli(str(sweep), "--results", str(results), "--resume", timeout=400)
+    # The resume joins the session's shared Ray, which the code folder reaches as it reaches any cluster.
+    out = run_cli(str(sweep), "--results", str(results), "--resume", *shared_ray, timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     trials = pd.read_parquet(folder / "trials")
     assert list(trials.status) == ["completed"] and list(trials.model) == ["torch_net:build"]

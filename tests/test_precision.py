@@ -147,13 +147,15 @@ def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Path) -> None:
+def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Path, shared_ray: list[str]) -> None:
     """search_spaces/resnet50_precision.yaml at its smoke scale: bf16 in both frameworks, TensorFlow's fp32,
     fp16 (with its loss scale) and fp16 + XLA, the default; real Ray, real Parquet, the report. On resnet8_cifar:
     ResNet-50's TensorFlow graphs and XLA compile doubled the run here (68 s against 34 s); benchmarks/study_smokes.py
     runs the study as shipped."""
     results = tmp_path / "results"
-    out = run_cli("resnet50_precision", "--set", "model=resnet8_cifar", "--results", str(results), timeout=900)
+    # On the session's shared Ray (its four emulated GPUs, at the smoke scale), as the study's subject is not Ray's start.
+    out = run_cli("resnet50_precision", "--set", "model=resnet8_cifar", "--results", str(results), *shared_ray,
+                  timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run_dir = next((results / "resnet50_precision").iterdir())
     trials, epochs = pd.read_parquet(run_dir / "trials"), pd.read_parquet(run_dir / "epochs")

@@ -212,7 +212,7 @@ def test_a_rank_busy_long_after_its_peers_or_alone_fails_the_call_in_the_collect
 
 
 @pytest.mark.slow
-def test_a_killed_pytorch_trial_resumes_from_its_last_epoch(tmp_path: Path) -> None:
+def test_a_killed_pytorch_trial_resumes_from_its_last_epoch(tmp_path: Path, shared_ray: list[str]) -> None:
     # One 2-GPU trial; the driver and every process it started are SIGKILLed after two epochs; --resume
     # restarts the trial from its newest checkpoint (rank 0 wrote it, both ranks load it). 10 epochs of tiny steps:
     # with 6, one run in the full suite had all six rows written by the time the killed run's rows were read.
@@ -235,7 +235,8 @@ fixed: {framework: pytorch, model: resnet8_cifar, data: synthetic, num_gpus: 2, 
         proc.wait()
     before = rows()
     assert 2 <= len(before) < 10, before[["epoch", "attempt"]]
-    out = run_cli(str(sweep), "--results", str(results), "--resume", "--emulate-gpus", "2", timeout=600)
+    # The resume on the session's shared Ray: its subject is the checkpoint, not Ray's start.
+    out = run_cli(str(sweep), "--results", str(results), "--resume", *shared_ray, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     after = rows()
     assert sorted(after.epoch) == list(range(10)) and not after.duplicated(["trial_id", "epoch"]).any()

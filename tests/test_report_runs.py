@@ -65,10 +65,12 @@ def test_a_precision_sweep_prints_and_writes_its_precision_table(precision_run: 
 
 
 @pytest.fixture(scope="module")
-def batch_16_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tiny_mxnet as conftest's second engine run made it, but for `--set batch_per_gpu=16`."""
+def batch_16_run(tmp_path_factory: pytest.TempPathFactory, shared_ray: list[str]) -> Path:
+    """tiny_mxnet as conftest's second engine run made it (four emulated GPUs, the smoke scale), but for
+    `--set batch_per_gpu=16`, on the session's shared Ray."""
     results = tmp_path_factory.mktemp("batch-16") / "results"
-    out = run_cli(TINY, "--set", "epochs=1", "--set", "batch_per_gpu=16", "--results", str(results), timeout=400)
+    out = run_cli(TINY, "--set", "epochs=1", "--set", "batch_per_gpu=16", "--results", str(results), *shared_ray,
+                  timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return store.run_dirs(results, "tiny_mxnet")[-1]
 

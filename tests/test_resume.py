@@ -207,15 +207,16 @@ def test_a_resume_lists_only_the_trials_without_a_row(engine_runs: EngineRuns, t
 
 
 @pytest.fixture(scope="module")
-def resumed(engine_runs: EngineRuns, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
+def resumed(engine_runs: EngineRuns, tmp_path_factory: pytest.TempPathFactory,
+            shared_ray: list[str]) -> tuple[Path, dict, dict]:
     """A copy of the engine's run 0 resumed by the engine with --retry-failed (its infeasible 2-GPU trial now fits
-    the default four emulated GPUs): (the run's folder, its trial rows before and after, as {trial: row})."""
+    the shared Ray's four emulated GPUs): (the run's folder, its trial rows before and after, as {trial: row})."""
     results = tmp_path_factory.mktemp("resumed") / "results"
     run = store.RunStore(copy_run(engine_runs, 0, results))
     before = {"trials": run.trials().set_index("trial_id"), "epochs": run.epochs().set_index(["trial_id", "epoch"]),
               "attempts": {t: run.attempts(t) for t in run.meta.trials}}
     out = run_cli(TINY, *SETS, "--results", str(results), "--resume", engine_runs.run_ids[0], "--retry-failed",
-                  timeout=HANG_S)
+                  *shared_ray, timeout=HANG_S)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run = store.RunStore(run.dir)
     after = {"trials": run.trials().set_index("trial_id"), "epochs": run.epochs().set_index(["trial_id", "epoch"]),

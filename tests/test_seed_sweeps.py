@@ -18,11 +18,11 @@ from sweep import store
 
 
 @pytest.mark.slow
-def test_early_stopping_marks_stopped_trials(tmp_path: Path) -> None:
+def test_early_stopping_marks_stopped_trials(tmp_path: Path, shared_ray: list[str]) -> None:
     data = write_cifar10(tmp_path / "data", train_per_file=200, test=200)
     results = tmp_path / "results"
     out = run_cli(str(SWEEPS / "early_stop.yaml"), "--results", str(results), "--data-dir", str(data),
-                  "--max-concurrent", "4", timeout=600)
+                  "--max-concurrent", "4", *shared_ray, timeout=600)  # the session's Ray: ASHA is the subject
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = pd.read_parquet(store.run_dirs(results, "early_stop")[-1] / "trials")
     assert set(summary.status) <= {"completed", "stopped_early"}
