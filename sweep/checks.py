@@ -4,7 +4,10 @@ One Ray task per (node with GPUs, framework), pinned to the node (NodeAffinitySc
 started in the framework's environment (sweep/environments.py), runs trainables.probe.check: the
 framework's import, its build, one training step on one of the node's GPUs (on a CPU device where
 GPUs are emulated), and builds each model the sweep names outside the engine's zoo (a zoo's, or the user's
-own: docs/models.md) with one forward pass. The driver imports no framework for it. From the checks:
+own: docs/models.md) with one forward pass. "Framework" here is what a trial runs (trainables.config.runs_as):
+framework keras is checked once per backend its trials use ("keras/jax"), in that backend's environment, and its
+check names Keras's version and the backend's ("3.15.0 on jax 0.10.2"). The driver imports no framework for it.
+From the checks:
 - a model the loop cannot train: the run refused in one line (model_refusal), before any trial;
 - the table printed before the run, and the records kept in run.json (sweep/store.py, Session.checks);
 - trials whose framework runs on no node that fits them: infeasible, with the reason;
@@ -24,7 +27,7 @@ from typing import Any
 
 from sweep import limits
 from sweep.cluster import Node, infeasible
-from sweep.environments import Environment, made_environment, with_hint
+from sweep.environments import Environment, made_by, made_environment, of, with_hint
 from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.failure import first_line
@@ -48,7 +51,7 @@ def start_here(frameworks: list[str], envs: dict[str, Environment], emulated: bo
     framework's models named outside the engine's zoo (named_models); code: run --code DIR, their folder."""
     started = {}
     for fw in frameworks:
-        if fw not in envs:
+        if of(envs, fw) is None:
             future: Future[FrameworkCheck] = Future()
             threading.Thread(target=_settle, args=(future, fw, emulated, (models or {}).get(fw, ()), code),
                              daemon=True, name=f"check-{fw}").start()  # daemon: never holds up an exit
@@ -78,35 +81,35 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
         try:
             result = future.result()  # bounded: the check's process has probe.STEP_TIMEOUT_S
         except Exception as e:  # noqa: BLE001
-            result = FrameworkCheck("", fw, ok=False, reason=f"the check failed: {type(e).__name__}: {first_line(str(e))}")
+            result = FrameworkCheck.failed("", fw, f"the check failed: {type(e).__name__}: {first_line(str(e))}")
         for node in (node for node, f in targets if f == fw):
             found[(node.node_id, fw)] = replace(result, node_id=node.node_id)
     # An interpreter Ray cannot start workers with makes Ray retry for ever: try it first, in the
     # driver's environment on the same node.
     interpreters = [(node, fw) for node, fw in targets
-                    if fw in envs and envs[fw].kind == "py_executable" and (node.node_id, fw) not in found]
+                    if (env := of(envs, fw)) and env.kind == "py_executable" and (node.node_id, fw) not in found]
     # The driver's Python is the cluster's, to the level Ray requires (it refuses a driver otherwise).
     versions = (ray.__version__, platform.python_version(), os.environ.get("RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL", "patch"))
-    refs = {ray.remote(interpreter_problem).options(**_on(node)).remote(str(envs[fw].value), *versions): (node, fw)
+    refs = {ray.remote(interpreter_problem).options(**_on(node)).remote(str(of(envs, fw).value), *versions): (node, fw)
             for node, fw in interpreters}
     for (node, fw), problem in _gather(refs, TIMEOUT_S["default"]).items():
         if problem is not None:
-            found[(node.node_id, fw)] = FrameworkCheck(node.node_id, fw, ok=False, reason=problem,
-                                                       hostname=node.address, python=str(envs[fw].value))
+            found[(node.node_id, fw)] = FrameworkCheck.failed(node.node_id, fw, problem, hostname=node.address,
+                                                              python=str(of(envs, fw).value))
     task = ray.remote(check)
     refs = {}
     for node, fw in targets:
         if (node.node_id, fw) in found:
             continue
-        env = envs.get(fw)
+        env = of(envs, fw)
         options = {**_on(node), "num_gpus": 0.01}  # a GPU id, shared: the checks of a node run side by side
         if env:
             options["runtime_env"] = env.runtime_env(code_root)
         refs[task.options(**options).remote(fw, node.node_id, emulated, None, (models or {}).get(fw, ()))] = (node, fw)
-    timeout = max((TIMEOUT_S[envs[fw].kind if fw in envs else "default"] for _, fw in targets), default=0)
+    timeout = max((TIMEOUT_S[env.kind if (env := of(envs, fw)) else "default"] for _, fw in targets), default=0)
     for (node, fw), result in _gather(refs, timeout).items():
-        found[(node.node_id, fw)] = result if isinstance(result, FrameworkCheck) else FrameworkCheck(
-            node.node_id, fw, ok=False, reason=result, hostname=node.address)
+        found[(node.node_id, fw)] = result if isinstance(result, FrameworkCheck) else FrameworkCheck.failed(
+            node.node_id, fw, result, hostname=node.address)
     return [with_hint(found[(node.node_id, fw)], envs) for node, fw in targets]
 
 
@@ -153,7 +156,7 @@ def named_models(trials: list[TrialConfig], data_dir: str | None = None) -> Mode
 
                 folder_classes = len(images.scan(data_dir).classes)
             classes = folder_classes
-        out.setdefault(t.framework, {})[(t.model, t.image_size or zoo.default_image_size(t.model), classes)] = None
+        out.setdefault(t.runs_as, {})[(t.model, t.image_size or zoo.default_image_size(t.model), classes)] = None
     return {fw: tuple(triples) for fw, triples in out.items()}
 
 
@@ -174,8 +177,8 @@ def model_refusal(checks: list[FrameworkCheck]) -> str | None:
 def table(checks: list[FrameworkCheck], envs: dict[str, Environment], seconds: float) -> str:
     """The checks as the console shows them: one line per node and framework."""
     head = ["node", "framework", "environment", "version", "CUDA", "GPU", "python", "zoos", "check"]
-    rows = [[f"{c.hostname or '?'} {c.node_id[:8]}", c.framework,
-             _env_cell(c.framework, envs), c.version or "-",
+    rows = [[f"{c.hostname or '?'} {c.node_id[:8]}", c.runs_as,  # keras/jax: one check per Keras backend
+             _env_cell(c.runs_as, envs), c.version or "-",
              c.cuda or "-", f"{c.gpu} {c.arch}" if c.gpu else (c.device or "-"), c.python or "-",
              ",".join(c.zoos) if c.zoos else "-",
              "OK" if c.ok else f"FAILED: {c.reason}"] for c in checks]
@@ -185,19 +188,21 @@ def table(checks: list[FrameworkCheck], envs: dict[str, Environment], seconds: f
                       *("  " + line(r) for r in [head] + rows)])
 
 
-def _env_cell(framework: str, envs: dict[str, Environment]) -> str:
-    env = envs.get(framework)
+def _env_cell(name: str, envs: dict[str, Environment]) -> str:
+    env = of(envs, name)
     if env is None:
         return "default"
-    return env.describe() + (" (env create)" if env == made_environment(framework) else "")
+    framework = made_by(name)
+    return env.describe() + (" (env create)" if framework and env == made_environment(framework) else "")
 
 
 def placement(checks: list[FrameworkCheck]) -> dict[str, tuple[str, ...]]:
-    """framework -> the only nodes it may run on, for frameworks that failed on some nodes (not all)."""
+    """framework (runs_as: keras with its backend) -> the only nodes it may run on, for those that failed on some
+    nodes (not all)."""
     out = {}
-    for fw in dict.fromkeys(c.framework for c in checks):
-        ok = tuple(c.node_id for c in checks if c.framework == fw and c.ok)
-        if ok and len(ok) < sum(1 for c in checks if c.framework == fw):
+    for fw in dict.fromkeys(c.runs_as for c in checks):
+        ok = tuple(c.node_id for c in checks if c.runs_as == fw and c.ok)
+        if ok and len(ok) < sum(1 for c in checks if c.runs_as == fw):
             out[fw] = ok
     return out
 
@@ -212,17 +217,17 @@ def unplaceable(trials: list[TrialConfig], nodes: list[Node], checks: list[Frame
     requests = {t.trial_id: (t.cpus, t.gpus_per_node, t.nodes) for t in trials}
     out = infeasible(requests, nodes)
     for t in trials:
-        failed = [c for c in checks if c.framework == t.framework and not c.ok]
+        failed = [c for c in checks if c.runs_as == t.runs_as and not c.ok]
         if t.trial_id in out or not failed:
             continue
-        good = {c.node_id for c in checks if c.framework == t.framework and c.ok}
+        good = {c.node_id for c in checks if c.runs_as == t.runs_as and c.ok}
         usable = [n for n in nodes if n.node_id in good]
         if not usable:  # the framework's own words, as the issue's example: "mxnet 1.9.1 (CUDA 11.7) has no kernels ..."
             out[t.trial_id] = _reasons(failed, per_node=False)
         elif infeasible({t.trial_id: requests[t.trial_id]}, usable):
             needs = (f"needs {t.nodes} nodes with {t.gpus_per_node} GPUs and {t.cpus} CPUs each" if t.nodes > 1
                      else f"needs {t.gpus_per_node} GPUs and {t.cpus} CPUs on one node")
-            out[t.trial_id] = (f"{needs}; {t.framework} runs on {len(usable)} of the cluster's {len(nodes)} nodes "
+            out[t.trial_id] = (f"{needs}; {t.runs_as} runs on {len(usable)} of the cluster's {len(nodes)} nodes "
                                f"(not on {_reasons(failed, per_node=True)})")
     return out
 

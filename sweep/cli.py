@@ -151,13 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--env", metavar="FRAMEWORK=PYTHON",
                       help="pack in this interpreter of the format's framework, as run's --env names one (default: the "
                            "environment env create made, else this Python)")
-    env = sub.add_parser("env", help="environments of their own for frameworks: env create mxnet [--gpu], env list")
+    env = sub.add_parser("env", help="environments of their own for frameworks: env create mxnet [--gpu], env create keras, "
+                                     "env list")
     env_sub = env.add_subparsers(dest="env_command", required=True, parser_class=_Parser)
-    create = env_sub.add_parser("create", help="a venv of this Python for the framework (MXNet with numpy < 2), "
-                                               "used by its trials from then on; again: changes nothing")
+    create = env_sub.add_parser("create", help="a venv of this Python for the framework (MXNet with numpy < 2; Keras 3 "
+                                               "with JAX and numpy 2, for keras_backend jax), used by its trials from "
+                                               "then on; again: changes nothing")
     create.add_argument("framework", choices=list(FRAMEWORKS))
     create.add_argument("--gpu", action="store_true", help="the framework's CUDA build (mxnet-cu117)")
-    env_sub.add_parser("list", help="each framework's environment and its check (version, CUDA, OK or the reason)")
+    env_sub.add_parser("list", help="each framework's (and Keras backend's) environment and its check (version, CUDA, "
+                                    "OK or the reason)")
     return parser
 
 

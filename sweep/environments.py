@@ -13,9 +13,13 @@ An environment is one of Ray's own runtime_env fields, named per framework in a 
   --env mxnet=/opt/mxnet/bin/python      the interpreter (py_executable)
   --env 'mxnet={image_uri: nvcr.io/nvidia/mxnet:24.06-py3}'   any of the forms above, as YAML
 
-A framework without one runs in the environment `python -m sweep env create FRAMEWORK` made for it
-(sweep/venvs.py) where one exists for the driver's interpreter (made_environment below), else where
-the driver's Python is; a sweep file's `environments:` and `--env` override the made one. Both the
+A trial's environment goes by what it runs (trainables.config.runs_as): its framework, and for framework
+keras its backend with it ("keras/jax"), as each Keras backend is another framework underneath. One rule
+chooses it: the environment named for the trial's framework (`environments:`, then --env; one named for keras
+holds for all three backends), else the one `python -m sweep env create FRAMEWORK` made for the driver's
+interpreter (sweep/venvs.py) for what the trial runs (MADE_FOR: MXNet's for mxnet; Keras's, which holds JAX
+alone, for keras on jax where the driver's Python has no jax of its own), else the driver's Python. So keras
+trials on tensorflow and torch run where the driver's Python is unless an environment is named for keras. Both the
 trial's workers and their framework servers (sweep/workers.py) start in the environment; its rows name it (`environment`) and
 the interpreter that ran (`python_executable`). This module is plain data: it runs in the driver and
 in each trial's coordinator.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -39,7 +44,7 @@ import yaml
 from sweep.errors import UsageError
 from sweep.limits import shown
 from trainables import zoo
-from trainables.config import FRAMEWORKS
+from trainables.config import FRAMEWORKS, KERAS_BACKENDS, runs_as
 
 if TYPE_CHECKING:
     from trainables.probe import FrameworkCheck
@@ -49,6 +54,12 @@ KINDS = ("py_executable", "pip", "uv", "image_uri")
 ROOT_VAR = "SWEEP_ENVS"
 MARKER = "sweep-env.json"  # written last by `env create`: the environment is complete
 CREATABLE = ("mxnet", "keras")  # frameworks `env create` makes an environment for
+# What each made environment runs, by the name trials go by (runs_as), and the module that, where the driver's own
+# Python imports it, runs there instead (None: the made environment is used wherever it exists). Keras's holds JAX
+# alone (numpy 2; no TensorFlow, no torch): keras trials on the other backends never run in it.
+MADE_FOR: dict[str, tuple[str, str | None]] = {"mxnet": ("mxnet", None), "keras": ("keras/jax", "jax")}
+# The extra that installs what runs under a name into the driver's Python, where it is not the name itself.
+EXTRAS = {"keras/tensorflow": "tensorflow", "keras/torch": "pytorch"}
 EXPECTED = ("a mapping with one of py_executable (an interpreter), pip or uv (a list of requirements), "
             "image_uri (a container image), and optionally env_vars")
 
@@ -211,38 +222,85 @@ def missing_here(env: Environment) -> str | None:
 
 
 def made_environments() -> dict[str, Environment]:
-    return {fw: env for fw in FRAMEWORKS if (env := made_environment(fw))}
+    """The environments `env create` made that trials use, by the name of what runs in them (MADE_FOR)."""
+    out = {}
+    for framework, (name, unless) in MADE_FOR.items():
+        env = made_environment(framework)
+        if env is not None and not (unless and driver_has(unless)):
+            out[name] = env
+    return out
 
 
-def origin(framework: str, env: Environment | None) -> str:
-    """Where a framework's trials run, in words: its environment and where that came from."""
+def every_name() -> list[str]:
+    """What trials can run, by the names their environments go by (runs_as): each framework, keras once per backend."""
+    return [runs_as(fw, backend) for fw in FRAMEWORKS for backend in (KERAS_BACKENDS if fw == "keras" else ("",))]
+
+
+def driver_has(module: str) -> bool:
+    """Whether the driver's Python has this top-level module, found without importing it."""
+    return importlib.util.find_spec(module) is not None
+
+
+def made_by(name: str) -> str | None:
+    """The framework whose `env create` makes the environment for trials of this name (runs_as); None: none does."""
+    return next((fw for fw, (made_name, _) in MADE_FOR.items() if made_name == name), None)
+
+
+def of(envs: dict[str, Environment], name: str) -> Environment | None:
+    """The environment of trials of this name (runs_as) among chosen()'s; None: the driver's Python. chosen() keys
+    an environment named in the sweep file or by --env by its framework, a made one by the name it serves."""
+    return envs.get(name) or envs.get(name.partition("/")[0])
+
+
+def origin(name: str, env: Environment | None) -> str:
+    """Where trials of this name (runs_as) run, in words: their environment and where that came from."""
     if env is None:
         return "the driver's Python"
-    made = made_environment(framework)
+    framework = made_by(name)
+    made = made_environment(framework) if framework else None
     return env.describe() + (f" (made by `python -m sweep env create {framework}`)" if env == made else "")
 
 
 def with_hint(check: FrameworkCheck, envs: dict[str, Environment]) -> FrameworkCheck:
-    """A framework missing from the driver's Python, with no environment of its own: its check names the
-    command that makes one (or the install)."""
-    if check.ok or check.framework in envs or not (check.reason or "").startswith(f"{check.framework} is not installed"):
+    """A framework (or Keras backend) missing from the driver's Python, with no environment of its own: its check
+    names the command that makes one (or the install)."""
+    if check.ok or of(envs, check.runs_as) or " is not installed for " not in (check.reason or ""):
         return check
-    hint = (f"; make it an environment of its own: python -m sweep env create {check.framework}"
-            if check.framework in CREATABLE else f"; install it: pip install -e '.[{check.framework}]'")
-    return dataclasses.replace(check, reason=check.reason + hint)
+    return dataclasses.replace(check, reason=f"{check.reason}; {fix(check.runs_as)}")
+
+
+def fix(name: str) -> str:
+    """How to get what runs under this name (runs_as) where it is missing: make its environment, else install it."""
+    framework = made_by(name)
+    return (f"make it an environment of its own: python -m sweep env create {framework}" if framework else
+            f"install it: pip install -e '.[{EXTRAS.get(name, name)}]'")
+
+
+def backend_refusal(names: list[str], envs: dict[str, Environment]) -> str | None:
+    """Why keras trials cannot run here (one line), before Ray starts: a backend (runs_as "keras/jax") with no
+    environment whose module the driver's Python lacks, where an embedded Ray runs every trial in that Python.
+    None where each can run."""
+    for name in names:
+        backend = name.partition("/")[2]
+        if not backend or of(envs, name) is not None or driver_has(backend):
+            continue
+        return (f"keras_backend {backend}: {backend} is not installed for {sys.executable} and no environment is named "
+                f"for keras (environments:, --env); {fix(name)}")
+    return None
 
 
 def chosen(from_file: dict[str, Environment], options: list[str]) -> dict[str, Environment]:
-    """The environments made by `env create`, each replaced by the sweep file's, then by --env; a bad
-    --env is one line."""
-    out = {**made_environments(), **from_file}
+    """The environments made by `env create`, by the name they serve (MADE_FOR), then the sweep file's and --env's
+    by framework, each of which replaces what was made for that framework; a bad --env is one line."""
+    named = dict(from_file)
     for text in options:
         try:
             framework, env = parse_option(text)
         except ValueError as e:
             raise UsageError(f"--env {text}: {e}") from None
-        out[framework] = env
-    return out
+        named[framework] = env
+    made = {name: env for name, env in made_environments().items() if name.partition("/")[0] not in named}
+    return {**made, **named}
 
 
 def code_folder(given: str | None) -> str | None:

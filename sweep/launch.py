@@ -65,7 +65,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 
     gcs.outlast_ray(joined=launch.address is not None)
     # An embedded Ray runs on this machine: its frameworks' checks need no Ray, and run while it starts.
-    here = checks.start_here(sorted({t.framework for t in launch.trials}), launch.environments,
+    here = checks.start_here(sorted({t.runs_as for t in launch.trials}), launch.environments,
                              bool(launch.emulated), checks.named_models(launch.trials, launch.data_dir),
                              launch.code) if launch.address is None else {}
     cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
@@ -176,19 +176,25 @@ def _capacity(args: argparse.Namespace, emulated: bool | None, resumed: RunState
 def _check_interpreters(args: argparse.Namespace, sweep: Sweep, envs: dict[str, Environment],
                         trials: list[TrialConfig]) -> None:
     """An interpreter that this machine lacks is refused here, before Ray starts, in one line that names where it
-    was given; Ray would start, and its framework checks would fail it on every node as trials that fit none."""
-    for framework in sorted({t.framework for t in trials}):
-        program = environments.missing_here(envs[framework]) if framework in envs else None
+    was given; Ray would start, and its framework checks would fail it on every node as trials that fit none. So is
+    a Keras backend that would run in the driver's Python, which lacks it (environments.backend_refusal)."""
+    names = sorted({t.runs_as for t in trials})
+    for name in names:
+        env = environments.of(envs, name)
+        program = environments.missing_here(env) if env else None
         if program is None:
             continue
+        framework = name.partition("/")[0]
         options = [text for text in args.env if text.partition("=")[0].strip() == framework]
         if options:  # the last --env of a framework is the one that holds
             given = f"--env {options[-1]}"
         elif framework in sweep.environments:
             given = f"{sweep.path}: environments: {framework}"
         else:
-            given = f"the environment `python -m sweep env create {framework}` made"
+            given = f"the environment `python -m sweep env create {environments.made_by(name)}` made"
         raise UsageError(f"{given}: no interpreter {program} on this machine, where the embedded Ray runs the trials")
+    if refusal := environments.backend_refusal(names, envs):  # the check would find the same, once Ray started
+        raise UsageError(refusal)
 
 
 def _check_emulated_precision(trials: list[TrialConfig]) -> None:
@@ -349,7 +355,7 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
     if args.skip_infeasible or not checks.unplaceable(trials, cluster.nodes, found):  # (too big anywhere: stop now)
         # Each framework on each node, in its environment, before any trial: where it can run at all.
         started = time.time()
-        found = checks.run(cluster.nodes, sorted({t.framework for t in trials}), launch.environments,
+        found = checks.run(cluster.nodes, sorted({t.runs_as for t in trials}), launch.environments,
                            environments.code_root(), launch.emulated, here, checks.named_models(trials, launch.data_dir))
         if found:  # (a check started before Ray may have taken longer than the wait for it)
             print(checks.table(found, launch.environments, max(time.time() - started, *(c.seconds or 0 for c in found))))

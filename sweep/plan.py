@@ -361,8 +361,8 @@ def build(sweep: Sweep, scale: str, trials: list[TrialConfig], target: Target, h
                 hardware=str(target.hardware), nodes=nodes, order=how, trials=trial_plans, max_concurrent=max_concurrent,
                 history=_history_line(estimator), model_error=estimator.model_error, last_run=last_run,
                 notes=_notes(trials, target) + resource_warnings(trials, target, history),
-                environments={fw: environments.origin(fw, (envs or {}).get(fw))
-                              for fw in dict.fromkeys(t.framework for t in trials)},
+                environments={name: environments.origin(name, environments.of(envs or {}, name))
+                              for name in dict.fromkeys(t.runs_as for t in trials)},
                 searches=[_search_plan(s, estimator, capacity_mib) for s in searches],
                 **_totals(ordered, guesses, estimator.gap, gpus, cpus, max_concurrent, timed and bool(ordered), makespan))
     return plan, ordered

@@ -224,9 +224,9 @@ def trial_resources(config: dict[str, Any]) -> tune.PlacementGroupFactory:
     trial = trial_of(config)
     runtime: TrialRuntime | None = config.get("runtime")  # None: the trial alone (benchmarks/packing_makespan.py)
     bundle = {"CPU": trial.cpus, "GPU": trial.gpus_per_node}
-    nodes = runtime.placement.get(trial.framework) if runtime else None
+    nodes = runtime.placement.get(trial.runs_as) if runtime else None
     only = {"bundle_label_selector": [checks.selector(nodes)] * trial.nodes} if nodes else {}
-    if trial.distributed or (runtime and runtime.runtime_env(trial.framework)):
+    if trial.distributed or (runtime and runtime.runtime_env(trial)):
         return tune.PlacementGroupFactory([{}] + [bundle] * trial.nodes,
                                           strategy="STRICT_SPREAD" if trial.nodes > 1 else "STRICT_PACK", **only)
     return tune.PlacementGroupFactory([bundle], strategy="STRICT_PACK", **only)

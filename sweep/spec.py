@@ -524,6 +524,22 @@ def _check_distribution(where: str, values: dict[str, Any]) -> None:
     if framework == "pytorch" and values.get("variable_update", "replicated") != "replicated":
         raise SpecError(f"{where}: variable_update: a TensorFlow setting; PyTorch trials all-reduce their gradients "
                         f"(DistributedDataParallel)")
+    if framework == "keras" and (kvstore != "device" or values.get("variable_update", "replicated") != "replicated"):
+        raise SpecError(f"{where}: kvstore and variable_update are MXNet's and TensorFlow's; keras trials run data "
+                        f"parallel as Keras does on their keras_backend")
+    backend = values.get("keras_backend", "tensorflow")
+    # Keras on torch runs a rank per GPU as PyTorch trials do, on one node or several (sweep/workers.py); jax and
+    # tensorflow run on one node until JAX's multi-process start and TensorFlow's multi-worker strategy are in.
+    if framework == "keras" and values.get("nodes", 1) > 1 and backend != "torch":
+        raise SpecError(f"{where}: nodes: keras trials on {backend} run on one node so far (keras on torch runs "
+                        f"across nodes), got {values['nodes']}")
+    if framework == "keras" and values.get("compile", False) and (
+            backend == "torch" or (backend == "tensorflow" and values["num_gpus"] > 1)):
+        # Seen with Keras 3.15: torch.compile recompiles Keras's step past its cache limit (TORCH_LOGS=recompiles: at
+        # Keras's own layer hooks), and on TensorFlow Keras's jit_compile wraps the cross-device reduction, whose
+        # variables on the other devices XLA cannot reach.
+        raise SpecError(f"{where}: compile: Keras's jit_compile runs for keras on jax (always) and on tensorflow on "
+                        f"one GPU so far, not on {backend} with {values['num_gpus']}: set compile false")
     if framework == "tensorflow" and kvstore.startswith("dist"):
         raise SpecError(f"{where}: kvstore: {kvstore} is MXNet's; TensorFlow trials choose variable_update "
                         f"(replicated or parameter_server)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from sweep import location
+from sweep import environments, location
 from sweep.environments import Environment
 from sweep.location import Location, RemotePath
 from sweep.schema import Status
@@ -42,13 +42,17 @@ class TrialRuntime:
     def describe(self, config: TrialConfig) -> str:
         """A trial's settings in one phrase, as the console's lines name it."""
         return config.label(self.label_axes.get(config.trial_id, ()))
-    environments: dict[str, Environment] = field(default_factory=dict)  # framework -> where its trials run
+    environments: dict[str, Environment] = field(default_factory=dict)  # environments.chosen(): where trials run
     code_root: str | None = None  # this project's folder, for environments that lack its packages
-    placement: dict[str, tuple[str, ...]] = field(default_factory=dict)  # framework -> the only nodes it runs on
+    placement: dict[str, tuple[str, ...]] = field(default_factory=dict)  # runs_as -> the only nodes it runs on
 
-    def runtime_env(self, framework: str) -> dict[str, Any] | None:
-        """Ray's runtime_env of a framework's environment; None: the driver's Python."""
-        env = self.environments.get(framework)
+    def environment(self, config: TrialConfig) -> Environment | None:
+        """Where a trial runs (sweep/environments.py: of); None: the driver's Python."""
+        return environments.of(self.environments, config.runs_as)
+
+    def runtime_env(self, config: TrialConfig) -> dict[str, Any] | None:
+        """Ray's runtime_env of a trial's environment; None: the driver's Python."""
+        env = self.environment(config)
         return env.runtime_env(self.code_root) if env else None
 
     def label(self, config: TrialConfig) -> str:
@@ -144,7 +148,7 @@ def train(config: dict[str, Any]) -> None:
     store.record_start(tid)
     # The driver decides for an embedded Ray; on a joined cluster each node tells for itself.
     emulated = runtime.emulated if runtime.emulated is not None else environment.real_gpu_count() == 0
-    env = runtime.environments.get(cfg.framework)
+    env = runtime.environment(cfg)
     base = {**runtime.columns, **config_columns(cfg), "trial_id": tid, "attempt": store.attempts(tid),
             "ray_node_id": ray.get_runtime_context().get_node_id(), "environment": env.describe() if env else None}
     gauges = TrialGauges(cfg, runtime)
@@ -171,7 +175,7 @@ def train(config: dict[str, Any]) -> None:
 def _train(cfg: TrialConfig, emulated: bool, runtime: TrialRuntime, report: Report, restore_dir: str | None) -> None:
     """Here, on this trial's one bundle; or by workers in its bundles (sweep/workers.py): a distributed
     trial's, or those of a trial whose framework has its own environment (this process is the driver's)."""
-    data_dir, runtime_env = runtime.data_dir, runtime.runtime_env(cfg.framework)
+    data_dir, runtime_env = runtime.data_dir, runtime.runtime_env(cfg)
     if cfg.distributed or runtime_env:
         from sweep import workers
 

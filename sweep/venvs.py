@@ -119,7 +119,8 @@ def create(framework: str, gpu: bool) -> int:
     _must_run(folder)
     (folder / MARKER).write_text(json.dumps(wanted, indent=1) + "\n")
     print(f"{framework} environment ready in {time.time() - t0:.0f} s: {folder}")
-    print(table([local_check(framework, str(python))], {framework: str(folder)}))
+    name = environments.MADE_FOR[framework][0]  # what runs in it: keras's holds JAX alone
+    print(table([local_check(name, str(python))], {name: str(folder)}))
     return 0
 
 
@@ -140,32 +141,34 @@ def _must_run(folder: Path) -> None:
         raise UsageError(f"{folder} is not a working environment ({problem}): remove it and run env create again")
 
 
-def local_check(framework: str, python: str) -> FrameworkCheck:
+def local_check(name: str, python: str) -> FrameworkCheck:
     """The framework check (trainables/probe.py) run on this machine in that interpreter: its import, its
-    build, one training step."""
+    build, one training step. name: a framework, or keras with its backend (runs_as)."""
     env = dict(os.environ)
     root = environments.code_root()
     if root:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     try:
-        out = subprocess.run([python, "-m", "trainables.probe", "--check", framework], capture_output=True, text=True,
+        out = subprocess.run([python, "-m", "trainables.probe", "--check", name], capture_output=True, text=True,
                              env=env, timeout=CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return FrameworkCheck("local", framework, ok=False, reason=f"no answer within {CHECK_TIMEOUT_S} s", python=python)
+        return FrameworkCheck.failed("local", name, f"no answer within {CHECK_TIMEOUT_S} s", python=python)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         why = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return FrameworkCheck("local", framework, ok=False, reason=f"the check failed: {first_line(why)}", python=python)
+        return FrameworkCheck.failed("local", name, f"the check failed: {first_line(why)}", python=python)
     return FrameworkCheck(**json.loads(lines[-1]))
 
 
 def list_environments() -> int:
     """Each framework: where its trials run (its made environment, or the driver's Python) and its check."""
     made = environments.made_environments()
-    where = {fw: str(Path(made[fw].value).parent.parent) if fw in made else "driver's Python" for fw in FRAMEWORKS}
-    pythons = {fw: str(made[fw].value) if fw in made else sys.executable for fw in FRAMEWORKS}
+    names = environments.every_name()  # keras once per backend: each may run in another environment
+    envs = {name: environments.of(made, name) for name in names}
+    where = {name: str(Path(env.value).parent.parent) if env else "driver's Python" for name, env in envs.items()}
+    pythons = {name: str(env.value) if env else sys.executable for name, env in envs.items()}
     with ThreadPoolExecutor(len(FRAMEWORKS)) as pool:
-        checks = list(pool.map(lambda fw: local_check(fw, pythons[fw]), FRAMEWORKS))
+        checks = list(pool.map(lambda name: local_check(name, pythons[name]), names))
     checks = [environments.with_hint(c, made) for c in checks]
     print(f"environments for python {platform.python_version()} ({environments.interpreter()}), "
           f"made ones under {environments.envs_root()}:")
@@ -175,7 +178,7 @@ def list_environments() -> int:
 
 def table(checks: list[FrameworkCheck], where: dict[str, str]) -> str:
     head = ["framework", "environment", "version", "CUDA", "device", "check"]
-    rows = [[c.framework, where[c.framework], c.version or "-", c.cuda or "-", c.device or "-",
+    rows = [[c.runs_as, where[c.runs_as], c.version or "-", c.cuda or "-", c.device or "-",
              "OK" if c.ok else f"FAILED: {c.reason}"] for c in checks]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head[:-1])]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths + [0])).rstrip()  # noqa: E731

@@ -11,8 +11,8 @@ bundle i go, all started into the trial's placement group so that Ray accounts f
 - TensorFlow, parameter_server: a worker server (with the GPUs) and a parameter server (on CPU, as
   in study 004) per node, both RoleProcesses; a TrialWorker holding no resources runs the loop as
   ParameterServerStrategy's coordinator, TensorFlow's "chief".
-- PyTorch on several GPUs (one node or several): a TrialWorker per GPU, each with one GPU and its share
-  of the bundle's CPUs, under DistributedDataParallel; torch's env:// rendezvous (MASTER_ADDR and the
+- PyTorch, and Keras on torch, on several GPUs (one node or several): a TrialWorker per GPU, each with one GPU
+  and its share of the bundle's CPUs, under DistributedDataParallel; torch's env:// rendezvous (MASTER_ADDR and the
   port of the store rank 0's actor opened, RANK, WORLD_SIZE, LOCAL_RANK) in each one's environment.
 - A one-node trial whose framework has its own environment (sweep/environments.py): one TrialWorker
   (one per GPU for PyTorch), as the trainable runs in the driver's environment.
@@ -293,7 +293,7 @@ class Group:
         ranks returned from the same call (rank 0 validates while the others are done), or after a call to
         rank 0 alone (its checkpoint) was made."""
         pending = list(refs)
-        bound = ddp_timeout_s() if self.cfg.framework == "pytorch" and len(self.workers) > 1 else None
+        bound = ddp_timeout_s() if self.cfg.process_per_gpu and len(self.workers) > 1 else None
         deadline = time.monotonic() + bound if bound is not None and len(refs) == 1 else None
         while pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -353,7 +353,7 @@ def run(cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report, 
 def _data_parallel(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str | None, report: Report,
                    restore_dir: str | None) -> None:
     """Every worker runs the loop on its slice; the framework reduces gradients among them."""
-    if cfg.framework == "pytorch":  # a process per GPU
+    if cfg.process_per_gpu:  # PyTorch, Keras on torch: a process per GPU
         workers = [group.worker(i, emulated, one_gpu=True) for i in range(cfg.nodes) for _ in range(cfg.gpus_per_node)]
         envs = _torch_ranks(group, cfg, workers)
     else:

@@ -113,14 +113,15 @@ def test_bad_env_option_through_the_cli_is_exit_2_and_writes_nothing(tmp_path: P
     path.write_text(GOOD)
     out = run_cli(str(path), "--env", "torch=/usr/bin/python3", "--results", str(tmp_path / "results"), timeout=120)
     assert out.returncode == 2 and out.stderr.strip() == "error: --env torch=/usr/bin/python3: unknown framework 'torch' " \
-        "(expected one of mxnet, tensorflow, pytorch)", out.stderr
+        "(expected one of mxnet, tensorflow, pytorch, keras)", out.stderr
     assert not (tmp_path / "results").exists()
 
 
 @pytest.fixture(scope="module")
-def env_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def env_run(tmp_path_factory: pytest.TempPathFactory, shared_ray: list[str]) -> tuple[Path, str]:
     """A real run whose sweep file names an interpreter that does not exist for MXNet, and whose --env names
-    this one; two trials, at most one at a time (--max-concurrent 1): (its run folder, the interpreter given)."""
+    this one; two trials, at most one at a time (--max-concurrent 1): (its run folder, the interpreter given).
+    On the session's shared Ray (four emulated GPUs, two CPUs): its subject is the environment, not Ray's start."""
     work = tmp_path_factory.mktemp("env-run")
     path = work / "env_over_file.yaml"
     path.write_text('description: "--env over the file\'s entry"\n'
@@ -130,7 +131,7 @@ def env_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
                     "environments:\n  mxnet: {py_executable: /nonexistent/python}\n")
     python = sys.executable
     out = run_cli(str(path), "--env", f"mxnet={python}", "--max-concurrent", "1", "--results", str(work / "results"),
-                  timeout=400)
+                  *shared_ray, timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     return store.run_dirs(work / "results", "env_over_file")[-1], python
 

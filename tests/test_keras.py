@@ -70,3 +70,399 @@ def test_agnostic_layers_compute_as_the_fused_ones() -> None:
     for a, b in zip(plain.get_weights(), fused.get_weights()):  # moving statistics updated alike
         np.testing.assert_allclose(a, b, atol=1e-5)
     np.testing.assert_allclose(np.asarray(plain(x, training=False)), np.asarray(fused(x, training=False)), atol=1e-4)
+
+
+# Step 2: the Keras trainable (trainables/keras/backend.py), through the loop, on each backend.
+
+def _python(backend: str) -> str | None:
+    """An interpreter with Keras 3 and the backend: this one, else (jax: it needs numpy >= 2) the environment
+    `python -m sweep env create keras` made; None: neither."""
+    if importlib.util.find_spec(backend) and importlib.util.find_spec("keras"):
+        return sys.executable
+    if backend != "jax":
+        return None
+    from sweep import environments
+
+    made = environments.made_environment("keras")
+    return str(made.value) if made else None
+
+
+def _needs(backend: str) -> str:
+    python = _python(backend)
+    if python is None:
+        pytest.skip(f"no interpreter with Keras 3 and {backend} here (jax: `python -m sweep env create keras` makes one)")
+    return python
+
+
+def _child_env() -> dict[str, str]:
+    """A trial's process: no inherited backend, thread count or XLA flags; the project on the path."""
+    drop = ("KERAS_BACKEND", "XLA_FLAGS", "JAX_PLATFORMS", "OMP_NUM_THREADS", "RAY_ADDRESS")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def _trial(backend: str, config: dict, *args: str) -> subprocess.Popen:
+    """One keras trial's loop (python -m trainables.local) on emulated devices, in a process of its own."""
+    cfg = {**config, "framework": "keras", "keras_backend": backend}
+    return subprocess.Popen([_needs(backend), "-m", "trainables.local", json.dumps(cfg), "--emulate", *args], cwd=ROOT,
+                            env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _rows(process: subprocess.Popen, timeout: float = 600) -> list[dict]:
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err[-3000:]
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def learnable(tmp_path_factory: pytest.TempPathFactory):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import learnability
+
+    return learnability, learnability.write_data(tmp_path_factory.mktemp("learnable"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_keras_trial_learns_on_each_backend(learnable, gpus: int) -> None:
+    """resnet8_cifar on the learnable CIFAR-format set (benchmarks/learnability.py: its recipe and bar, 0.8; chance
+    is 0.1), through the loop on each backend at once, on 1 and 2 emulated GPUs (torch: 1; on 2 it runs a process per
+    GPU, through the sweep: test_keras_on_torch_learns_as_ranks_on_one_node_and_across_two); what the rows say of the
+    arithmetic and the network."""
+    learnability, data_dir = learnable
+    config = {**learnability.config("resnet8_cifar", "keras"), "num_gpus": gpus}
+    backends = ("tensorflow", "torch", "jax") if gpus == 1 else ("tensorflow", "jax")
+    runs = {b: _trial(b, config, "--data-dir", str(data_dir)) for b in backends if _python(b)}
+    assert "tensorflow" in runs  # .venv has it: at least one backend is always tested here
+    for backend, process in runs.items():
+        rows = _rows(process)
+        assert [r["epoch"] for r in rows] == [0, 1], backend
+        last = rows[-1]
+        assert last["val_acc"] > learnability.BAR, (backend, [r["val_acc"] for r in rows])
+        assert last["data_kind"] == "real" and last["val_examples"] == learnability.VAL_IMAGES
+        assert last["framework_version"].startswith(f"keras 3.") and f" {backend} " in last["framework_version"] + " "
+        assert last["param_count"] == CASES["resnet8_cifar"][1]
+        assert last["model_gflops_per_image"] > 0 and last["computed_precision"] == "fp32"
+        assert last["compiler"] == ("xla" if backend == "jax" else None)  # JAX compiles every step
+        assert last["peak_device_mem_mib"] is None and last["emulated_device_mem_mib"] > 0
+
+
+# Three steps of cifar10_conv (no batch norm: per-device statistics would differ) on 8 fixed images, the lr cut before
+# the third, and the scoring of 5 images (3 on one device, 2 and a padding image on the other): tests/test_data_parallel.py
+STEPS = """
+import json, sys
+import numpy as np
+from trainables.config import TrialConfig
+from trainables.loop import Devices, load_backend
+gpus, out = int(sys.argv[1]), sys.argv[2]
+cfg = TrialConfig(framework="keras", keras_backend=sys.argv[3], model="cifar10_conv", num_gpus=gpus,
+                  batch_per_gpu=8 // gpus, epochs=1, lr=0.1, weight_decay=0.01, seed=3)
+backend = load_backend(cfg, Devices.of([str(i) for i in range(gpus)], emulated=True), 32)
+rng = np.random.default_rng(7)
+x, y = rng.random((8, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, 8)
+before = backend.model.get_weights()
+steps = [backend.train_step(backend.put(x, y), lr) for lr in json.loads(sys.argv[4])]
+logits = backend.logits(x[:5])
+np.savez(out, *before, *backend.model.get_weights())
+print(json.dumps({"steps": steps, "scored": backend.eval_step(backend.put(x[:5], y[:5])),
+                  "right": int((logits.argmax(1) == y[:5]).sum())}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_two_devices_take_the_step_of_one_on_the_same_global_batch(backend: str, tmp_path) -> None:
+    """Data parallel as Keras does it (a MirroredStrategy; DataParallel over XLA host devices): the gradients are the
+    mean over the global batch, weight decay is added once, an lr change applies alike; validation scores each image
+    once however the batch splits."""
+    from test_data_parallel import CLOSE, LRS, relative_differences
+
+    python, found = _needs(backend), {}
+    for gpus in (1, 2):
+        done = subprocess.run([python, "-c", STEPS, str(gpus), str(tmp_path / f"{gpus}.npz"), backend, json.dumps(LRS)],
+                              cwd=ROOT, env=_child_env(), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        with np.load(tmp_path / f"{gpus}.npz") as saved:
+            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+        found[gpus] = json.loads(done.stdout.strip().splitlines()[-1]), arrays[:len(arrays) // 2], arrays[len(arrays) // 2:]
+    (one, one_before, one_after), (two, two_before, two_after) = found[1], found[2]
+    assert max(relative_differences(one_before, one_after, two_before, two_after)) < CLOSE
+    for a, b in zip(one["steps"], two["steps"]):
+        assert a[1:] == b[1:] == [b[1], 8] and a[0] == pytest.approx(b[0], rel=1e-5)
+    assert one["scored"] == two["scored"] == [one["right"], 5]
+
+
+# keras_backend torch on 2 GPUs: two processes, a rank each, under one gloo process group (as sweep/workers.py starts
+# a trial's ranks); each trains its half of the same 8 fixed images; rank 0 also scores 5 images alone (no collective).
+RANKS = """
+import hashlib, json, os, sys
+import numpy as np
+from trainables.config import TrialConfig
+from trainables.loop import Devices, load_backend
+rank, world, out = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), sys.argv[1]
+cfg = TrialConfig(framework="keras", keras_backend="torch", model="cifar10_conv", num_gpus=world,
+                  batch_per_gpu=8 // world, epochs=1, lr=0.1, weight_decay=0.01, seed=3)
+backend = load_backend(cfg, Devices.of([str(rank)], emulated=True), 32)
+rng = np.random.default_rng(7)
+x, y = rng.random((8, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, 8)
+part = slice(rank * 8 // world, (rank + 1) * 8 // world)
+before = backend.model.get_weights()
+poisoned = os.environ.get("POISON_RANK_STEP")  # "RANK:STEP": that rank's images are NaN in that step
+steps = [backend.train_step(backend.put(x[part] * (np.nan if poisoned == f"{rank}:{step}" else 1), y[part]), lr)
+         for step, lr in enumerate(json.loads(sys.argv[2]))]
+if rank == 0:
+    np.savez(out, *before, *backend.model.get_weights())
+weights = hashlib.sha1(b"".join(w.tobytes() for w in backend.model.get_weights())).hexdigest()
+print(json.dumps({"steps": steps, "weights": weights, "right": int((backend.logits(x[:5]).argmax(1) == y[:5]).sum()),
+                  "scored": backend.eval_step(backend.put(x[:5], y[:5])) if rank == 0 else None}))
+"""
+
+
+def _ranks(world: int, out: str, lrs: list[float], poison: str = "") -> list[dict]:
+    """RANKS as `world` processes (one: no process group), torch's env:// rendezvous in their environment."""
+    from test_pytorch import free_port
+
+    env = {**_child_env(), "SWEEP_DDP_TIMEOUT_S": "60", "POISON_RANK_STEP": poison}
+    if world > 1:
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+    ranks = [subprocess.Popen([sys.executable, "-c", RANKS, out, json.dumps(lrs)], cwd=ROOT, text=True,
+                              env={**env, **({"RANK": str(r)} if world > 1 else {})},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(world)]
+    outs = [p.communicate(timeout=300) for p in ranks]
+    assert all(p.returncode == 0 for p in ranks), [err[-2000:] for _, err in outs]
+    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+
+
+@pytest.mark.slow  # Keras on torch imported in three processes: ~30 s
+def test_two_torch_ranks_take_the_step_of_one_process_on_the_same_global_batch(tmp_path) -> None:
+    """keras_backend torch on 2 GPUs: a rank each, the Keras model in DistributedDataParallel. The gradients are the mean
+    over the global batch (DDP averages the ranks' means), weight decay is added once, an lr change applies alike; each
+    rank counts its own images, and the two ranks' loss sums make the one process's."""
+    from test_data_parallel import CLOSE, LRS, relative_differences
+
+    (one,) = _ranks(1, str(tmp_path / "1.npz"), LRS)
+    two = _ranks(2, str(tmp_path / "2.npz"), LRS)
+    found = {}
+    for n in (1, 2):
+        with np.load(tmp_path / f"{n}.npz") as saved:
+            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+        found[n] = arrays[:len(arrays) // 2], arrays[len(arrays) // 2:]
+    assert max(relative_differences(*found[1], *found[2])) < CLOSE
+    for whole, *halves in zip(one["steps"], *(r["steps"] for r in two)):
+        assert [h[2] for h in halves] == [4, 4] and whole[2] == 8
+        assert sum(h[0] for h in halves) == pytest.approx(whole[0], rel=1e-5)
+        assert sum(h[1] for h in halves) == whole[1]
+    assert two[0]["weights"] == two[1]["weights"]  # each rank applied the same all-reduced gradient
+    assert two[0]["scored"] == one["scored"] == [one["right"], 5]  # rank 0 validates alone
+
+
+@pytest.mark.slow  # Keras on torch imported in two processes: ~20 s
+def test_every_torch_rank_sees_a_non_finite_loss_in_the_same_step(tmp_path) -> None:
+    """Rank 1's images are NaN in step 1, rank 0's finite: both ranks report a NaN loss in step 1 (the flag rides on
+    the gradients' all-reduce, trainables/pytorch/backend.py's hook), so that the loops of both stop at the same step
+    (a rank that stopped alone would leave the other in the next step's all-reduce until the timeout)."""
+    import math
+
+    from test_data_parallel import LRS
+
+    ranks = _ranks(2, str(tmp_path / "2.npz"), LRS, poison="1:1")
+    assert [math.isfinite(r["steps"][0][0]) for r in ranks] == [True, True]
+    assert [math.isnan(r["steps"][1][0]) for r in ranks] == [True, True]
+
+
+TORCH_RANKS_SWEEP = """
+name: keras_torch_ranks
+description: "keras on torch, 2 GPUs: a rank each, on one node and across two"
+fixed: {{framework: keras, keras_backend: torch, num_gpus: 2, {fixed}}}
+grid: {{nodes: [1, 2]}}
+scales: {{smoke: {{}}, full: {{}}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    from conftest import two_node_cluster
+
+    yield from two_node_cluster({"num_cpus": 2, "num_gpus": 2})
+
+
+@pytest.mark.slow
+def test_keras_on_torch_learns_as_ranks_on_one_node_and_across_two(learnable, two_nodes, tmp_path) -> None:
+    """keras_backend torch on 2 emulated GPUs through `python -m sweep` on a real two-node Ray cluster: a rank per GPU
+    (sweep/workers.py, as PyTorch's), on one node and one on each node; each trial learns the learnable set (the
+    recipe's global batch, split over the ranks) past benchmarks/learnability.py's bar, and its rows list both ranks."""
+    import pandas as pd
+    import yaml
+    from conftest import run_cli
+
+    from sweep import store
+
+    learnability, data_dir = learnable
+    recipe = learnability.config("resnet8_cifar", "keras")
+    fixed = {k: v for k, v in recipe.items() if k not in ("framework", "num_gpus", "batch_per_gpu")}
+    fixed["batch_per_gpu"] = recipe["batch_per_gpu"] // 2  # the recipe's global batch
+    sweep = tmp_path / "keras_torch_ranks.yaml"
+    sweep.write_text(TORCH_RANKS_SWEEP.format(fixed=yaml.safe_dump(fixed, default_flow_style=True).strip()[1:-1]))
+    results = tmp_path / "results"
+    out = run_cli(str(sweep), "--address", two_nodes.address, "--data-dir", str(data_dir), "--results", str(results),
+                  "--scale", "full", timeout=1800)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+    folder = store.run_dirs(results, "keras_torch_ranks")[-1]
+    trials, epochs = pd.read_parquet(folder / "trials"), pd.read_parquet(folder / "epochs")
+    assert set(trials.status) == {"completed"} and sorted(trials.nodes) == [1, 2]
+    for row in epochs.itertuples():
+        assert len(row.ray_gpu_ids.split(";")) == 2  # a process (a row part) per GPU, each with one
+        assert len(set(row.ray_node_id.split(";"))) == row.nodes  # the 2-node trial: one rank on each
+        assert " torch " in row.framework_version and row.device_kind == "cpu-emulated"
+        assert row.val_examples == learnability.VAL_IMAGES and row.computed_precision == "fp32"
+    last = epochs.sort_values("epoch").groupby("trial_id").tail(1)
+    assert (last.val_acc > learnability.BAR).all(), epochs[["nodes", "epoch", "train_loss", "val_acc"]]
+
+
+PRECISIONS = """
+import json, sys
+from trainables.config import TrialConfig
+from trainables.loop import Devices, load_backend
+out = {}
+for precision in ("fp32", "bf16", "fp16"):
+    cfg = TrialConfig(framework="keras", keras_backend=sys.argv[1], model="resnet8_cifar", num_gpus=1, batch_per_gpu=4,
+                      epochs=1, lr=0.01, precision=precision)
+    backend = load_backend(cfg, Devices.of(["0"], emulated=True), 32)
+    before = backend.compute_dtype()
+    loss, _, images = backend.train_step(backend.synthetic(), 0.01)
+    out[precision] = [before, backend.compute_dtype(), backend.precision_columns()["loss_scale"], images]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "torch", "jax"])
+def test_precision_policies_are_observed_and_fp16_scales_its_loss(backend: str) -> None:
+    """Keras's mixed_bfloat16 and mixed_float16 policies: what the network's output came in, read off the step; fp16
+    with Keras's dynamic loss scale (from 2^15), recorded."""
+    done = subprocess.run([_needs(backend), "-c", PRECISIONS, backend], cwd=ROOT, env=_child_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "fp32": [None, "float32", None, 4], "bf16": [None, "bfloat16", None, 4], "fp16": [None, "float16", 2.0**15, 4]}
+
+
+@pytest.mark.slow
+def test_a_resumed_keras_trial_continues_exactly(tmp_path) -> None:
+    """Weights, batch-norm statistics and the optimizer's state (momentum, step count, loss scale) checkpointed: epoch
+    1 after a restore is epoch 1 of a trial that never stopped."""
+    config = {"model": "resnet8_cifar", "num_gpus": 1, "batch_per_gpu": 8, "steps_per_epoch": 3, "lr": 0.05,
+              "warmup_steps": 0, "precision": "fp16", "data": "synthetic"}
+    straight = _trial("tensorflow", {**config, "epochs": 2})
+    first = _trial("tensorflow", {**config, "epochs": 1}, "--checkpoint-dir", str(tmp_path / "ckpt"))
+    straight, _ = _rows(straight), _rows(first)
+    resumed = _rows(_trial("tensorflow", {**config, "epochs": 2}, "--restore", str(tmp_path / "ckpt")))
+    assert [r["epoch"] for r in resumed] == [1]
+    assert resumed[0]["train_loss"] == straight[1]["train_loss"]
+    assert resumed[0]["loss_scale"] == straight[1]["loss_scale"]
+
+
+def test_keras_names_its_compiler_by_backend() -> None:
+    """jit_compile is XLA on JAX (always: JAX compiles every step) and TensorFlow; none on torch (refused)."""
+    from trainables.config import TrialConfig
+
+    def compiler(backend: str, compile: bool) -> str | None:
+        return TrialConfig(framework="keras", keras_backend=backend, model="resnet8_cifar", num_gpus=1,
+                           batch_per_gpu=8, epochs=1, lr=0.1, compile=compile).compiler
+
+    assert [compiler(b, False) for b in ("jax", "tensorflow", "torch")] == ["xla", None, None]
+    assert [compiler(b, True) for b in ("jax", "tensorflow", "torch")] == ["xla", "xla", None]
+
+
+KERAS_SWEEP = """
+name: keras_refused
+description: "what framework keras refuses"
+fixed: {{framework: keras, model: resnet8_cifar, batch_per_gpu: 8, epochs: 1, lr: 0.1, {setting}}}
+scales: {{smoke: {{}}, full: {{}}}}
+"""
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("num_gpus: 2, nodes: 2", "nodes: keras trials on tensorflow run on one node so far"),
+    ("keras_backend: jax, num_gpus: 2, nodes: 2", "nodes: keras trials on jax run on one node so far"),
+    ("num_gpus: 1, data: imagenet", "data: imagenet runs in pytorch, mxnet, tensorflow only so far, not in keras"),
+    ("num_gpus: 1, kvstore: dist_sync", "kvstore and variable_update are MXNet's and TensorFlow's"),
+    ("keras_backend: torch, num_gpus: 1, compile: true", "compile: Keras's jit_compile runs for keras on jax (always)"),
+    ("keras_backend: tensorflow, num_gpus: 2, compile: true", "and on tensorflow on one GPU so far, not on tensorflow with 2"),
+])
+def test_what_keras_cannot_run_yet_is_refused_in_one_line(setting: str, says: str) -> None:
+    from pathlib import Path
+
+    from sweep import spec
+    from sweep.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        spec.parse(KERAS_SWEEP.format(setting=setting), Path("keras_refused.yaml")).trials("smoke")
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_compile_on_jax_is_accepted_at_any_gpu_count() -> None:
+    """JAX compiles every step: compile: true asks for nothing more, on 1 GPU or 2 (only torch, and tensorflow on
+    several GPUs, are refused above)."""
+    from pathlib import Path
+
+    from sweep import spec
+
+    for gpus in (1, 2):
+        (trial,) = spec.parse(KERAS_SWEEP.format(setting=f"keras_backend: jax, num_gpus: {gpus}, compile: true"),
+                              Path("keras_jit.yaml")).trials("smoke")
+        assert trial.compiler == "xla" and trial.num_gpus == gpus
+
+
+def test_a_refused_keras_sweep_exits_2_with_one_line(tmp_path) -> None:
+    from conftest import run_cli
+
+    path = tmp_path / "keras_refused.yaml"
+    path.write_text(KERAS_SWEEP.format(setting="keras_backend: jax, num_gpus: 2, nodes: 2"))
+    done = run_cli("plan", str(path), timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "keras trials on jax run on one node so far" in done.stderr
+
+
+def test_keras_on_torch_runs_a_rank_per_gpu_on_one_node_or_several() -> None:
+    """keras_backend torch on several GPUs is accepted, on one node and across two, and runs as the engine's PyTorch
+    trials do: distributed, a process per GPU (sweep/workers.py); on one GPU, or on jax and tensorflow, one process."""
+    from pathlib import Path
+
+    from sweep import spec
+
+    def trials(setting: str) -> list:
+        return spec.parse(KERAS_SWEEP.format(setting=setting), Path("keras_ranks.yaml")).trials("smoke")
+
+    (one_node,) = trials("keras_backend: torch, num_gpus: 2")
+    (two_nodes,) = trials("keras_backend: torch, num_gpus: 2, nodes: 2")
+    assert one_node.process_per_gpu and one_node.distributed and (one_node.nodes, one_node.gpus_per_node) == (1, 2)
+    assert two_nodes.distributed and (two_nodes.nodes, two_nodes.gpus_per_node) == (2, 1)
+    (one_gpu,) = trials("keras_backend: torch, num_gpus: 1")
+    assert one_gpu.process_per_gpu and not one_gpu.distributed
+    for backend in ("jax", "tensorflow"):
+        (other,) = trials(f"keras_backend: {backend}, num_gpus: 2")
+        assert not other.process_per_gpu and not other.distributed
+
+
+@pytest.mark.slow  # Keras and TensorFlow imported here: 12 s
+def test_a_keras_process_keeps_the_backend_it_first_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keras reads KERAS_BACKEND once: a trial on another backend than the one this process imported fails in one
+    line, before anything is built; one on the same backend goes ahead."""
+    import keras  # this process's: tensorflow, Keras's default (conftest sets no KERAS_BACKEND)
+
+    from trainables.config import TrialConfig
+    from trainables.keras import prepare
+    from trainables.loop import Devices
+
+    here = keras.backend.backend()
+    other = next(b for b in ("jax", "tensorflow", "torch") if b != here)
+    monkeypatch.setenv("KERAS_BACKEND", here)  # restored after the test: prepare sets it
+
+    def cfg(backend: str) -> TrialConfig:
+        return TrialConfig(framework="keras", keras_backend=backend, model="resnet8_cifar", num_gpus=1,
+                           batch_per_gpu=8, epochs=1, lr=0.1)
+
+    with pytest.raises(ValueError, match=f"keras_backend {other}: this process imported Keras on {here} already"):
+        prepare(cfg(other), Devices("cpu-emulated", 1, ("0",)))
+    prepare(cfg(here), Devices("cpu-emulated", 1, ("0",)))
+    assert os.environ["KERAS_BACKEND"] == here

@@ -29,6 +29,10 @@ def test_every_shipped_sweep_loads_both_scales_and_names_its_seed() -> None:
         for scale in spec.SCALES:
             trials = sweep.trials(scale)
             assert trials and len({t.trial_id for t in trials}) == len(trials)
+            if sweep.name == "keras3_backends":  # study 000 on today's backends: Keras 3 on all three (issue 43)
+                assert axis(trials, "framework") == {"keras"}
+                assert axis(trials, "keras_backend") == {"jax", "tensorflow", "torch"}
+                continue
             # both of the studies' frameworks at both scales; PyTorch in the variants that add it
             assert axis(trials, "framework") - {"pytorch"} == {"mxnet", "tensorflow"}
 

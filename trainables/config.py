@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-FRAMEWORKS = ("mxnet", "tensorflow", "pytorch")
+FRAMEWORKS = ("mxnet", "tensorflow", "pytorch", "keras")  # keras: Keras 3 on keras_backend (trainables/keras/)
 DATA_KINDS = ("cifar10", "synthetic", "imagenet")  # imagenet: an image folder (trainables/images.py)
 KVSTORES = ("device", "local", "dist_sync", "dist_async")  # MXNet; dist_* span processes and nodes
 VARIABLE_UPDATES = ("replicated", "parameter_server")  # TensorFlow, as tf_cnn_benchmarks names them
@@ -37,7 +37,9 @@ ADDED_LATER = {"precision": "tf32", "xla": False, "max_batch_probe": None, "memo
 # the old name; a trial id hashes the setting under its old name, so that the ids of older runs hold.
 RENAMED = {"xla": "compile"}
 # The compiler `compile` turns on, by framework (MXNet has none: hybridize fuses every MXNet graph).
-COMPILERS = {"tensorflow": "xla", "pytorch": "inductor"}
+# By what a trial runs as (runs_as: keras on its backend): Keras's jit_compile is XLA on JAX and TensorFlow (on
+# torch it is torch.compile, which sweep/spec.py refuses for keras so far).
+COMPILERS = {"tensorflow": "xla", "pytorch": "inductor", "keras/jax": "xla", "keras/tensorflow": "xla"}
 # How long a PyTorch rank waits in a collective for its peers before it fails (torch's own default is 30
 # minutes), and how long the trial's coordinator waits for a rank that its peers are not waiting for (one
 # still busy after the others returned from the same call, or rank 0 alone writing a checkpoint). Rank 0
@@ -66,6 +68,13 @@ def uses(framework: str, setting: str) -> bool:
     """Whether a trial of `framework` has this setting (FRAMEWORK_SETTINGS)."""
     owners = [fw for fw, own in FRAMEWORK_SETTINGS.items() if setting in own]
     return not owners or framework in owners
+
+
+def runs_as(framework: str, keras_backend: str) -> str:
+    """The name a trial's environment and framework check go by (sweep/environments.py, sweep/checks.py): its
+    framework; a keras trial's with its backend ("keras/jax"), as each backend is another framework underneath,
+    which may live in another environment."""
+    return f"{framework}/{keras_backend}" if framework == "keras" else framework
 
 
 @dataclass(frozen=True)
@@ -157,14 +166,26 @@ class TrialConfig:
     @property
     def distributed(self) -> bool:
         """Runs as separate worker (and server) processes: several nodes, a framework's cluster mode, or
-        PyTorch on several GPUs (DistributedDataParallel: one process per GPU)."""
+        PyTorch or Keras on torch on several GPUs (DistributedDataParallel: one process per GPU)."""
         return (self.nodes > 1 or self.kvstore.startswith("dist") or self.variable_update == "parameter_server"
-                or (self.framework == "pytorch" and self.num_gpus > 1))
+                or (self.process_per_gpu and self.num_gpus > 1))
+
+    @property
+    def process_per_gpu(self) -> bool:
+        """Runs one process (a torch rank) per GPU, under DistributedDataParallel: PyTorch, and Keras on torch."""
+        return self.runs_as in ("pytorch", "keras/torch")
+
+    @property
+    def runs_as(self) -> str:
+        """What its environment and framework check go by: runs_as below."""
+        return runs_as(self.framework, self.keras_backend)
 
     @property
     def compiler(self) -> str | None:
-        """The compiler that `compile` runs for this trial's framework; None when it is off."""
-        return COMPILERS.get(self.framework) if self.compile else None
+        """The compiler that `compile` runs for this trial's framework; None when it is off. Keras on JAX compiles
+        every step (JAX has no other way to run one), whatever `compile` says."""
+        always = self.runs_as == "keras/jax"
+        return COMPILERS.get(self.runs_as) if self.compile or always else None
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrialConfig:

@@ -110,9 +110,19 @@ def lr_at(cfg: TrialConfig, epoch: int) -> float:
     return cfg.lr * cfg.lr_decay_factor ** drops
 
 
+def backend_module(cfg: TrialConfig, devices: Devices) -> Any:
+    """trainables/<framework>/backend.py, imported. A framework that reads the process's environment once, when it is
+    first imported, has it set from the trial first, by its package's prepare(cfg, devices): Keras its backend, JAX its
+    host devices (trainables/keras/__init__.py)."""
+    package = importlib.import_module(f"trainables.{cfg.framework}")
+    if hasattr(package, "prepare"):
+        package.prepare(cfg, devices)
+    return importlib.import_module(f"trainables.{cfg.framework}.backend")
+
+
 def load_backend(cfg: TrialConfig, devices: Devices, image_size: int, num_classes: int | None = None) -> Backend:
     """The framework's Backend; num_classes: an image folder's (data: imagenet), else the zoo's 10."""
-    module = importlib.import_module(f"trainables.{cfg.framework}.backend")
+    module = backend_module(cfg, devices)
     if num_classes is None:
         return module.Backend(cfg, devices, image_size)
     return module.Backend(cfg, devices, image_size, num_classes=num_classes)
@@ -129,7 +139,7 @@ def _emulated_memory(cfg: TrialConfig, devices: Devices) -> EmulatedMemory | Non
     import is not counted) and before the backend builds anything."""
     if devices.kind == "gpu":
         return None
-    importlib.import_module(f"trainables.{cfg.framework}.backend")
+    backend_module(cfg, devices)
     return EmulatedMemory(devices.count)
 
 

@@ -26,11 +26,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
 from trainables import environment
+from trainables.config import runs_as
 from trainables.failure import TrialError, first_line, trial_error
 
 PREFIX = "SWEEP_PROBE "  # the child's result lines, among whatever the framework prints
@@ -78,6 +79,18 @@ class FrameworkCheck:
     # The sweep's models named outside the engine's zoo that this framework cannot train here, each as
     # {"model", "message" (one line), "known" (an unknown zoo name: the zoo's names, for the close ones)}.
     model_problems: tuple[dict, ...] = ()
+    keras_backend: str | None = None  # framework keras: the backend it was checked on (its version is in `version`)
+
+    @property
+    def runs_as(self) -> str:
+        """What the check stands for: the name its trials' environment goes by (trainables.config.runs_as)."""
+        return runs_as(self.framework, self.keras_backend or "")
+
+    @classmethod
+    def failed(cls, node_id: str, name: str, reason: str, **more: object) -> FrameworkCheck:
+        """A check of `name` (a framework, or keras with its backend: runs_as) that failed before its probe said a word."""
+        framework, _, backend = name.partition("/")
+        return cls(node_id, framework, ok=False, reason=reason, keras_backend=backend or None, **more)
 
 
 def cuda_in_name(package: str) -> str | None:
@@ -175,22 +188,25 @@ def _death(code: int) -> str:
     return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
-def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | None = None,
+def check(name: str, node_id: str, emulated: bool | None, gpu_id: str | None = None,
           models: tuple[tuple[str, int], ...] = (), code: str | None = None) -> FrameworkCheck:
     """The check on this node: in a Ray task, on the GPU Ray gave it (CUDA_VISIBLE_DEVICES holds it); outside
-    Ray, on gpu_id, which its process alone sees, as a Ray task's would. models: the sweep's (name, image side)
+    Ray, on gpu_id, which its process alone sees, as a Ray task's would. name: a framework, or keras with the
+    backend it runs on ("keras/jax": trainables.config.runs_as). models: the sweep's (name, image side)
     named outside the engine's zoo, each built and run forward once (a zoo's or the user's own, docs/models.md);
     code: a folder of the user's models to import from (a check outside Ray)."""
     t0 = time.time()
+    framework, _, backend = name.partition("/")
     ids = [gpu_id] if gpu_id is not None else _visible_gpus()
     env = _child_env(code) if gpu_id is None else {**_child_env(code), "CUDA_VISIBLE_DEVICES": gpu_id}
     if emulated is None:  # a joined cluster: each node tells for itself
         emulated = environment.real_gpu_count() == 0
     gpu = environment.gpu_architecture(int(ids[0])) if ids and not emulated else None
-    base = {"node_id": node_id, "framework": framework, "hostname": platform.node(), "python": sys.executable,
+    base = {"node_id": node_id, "framework": framework, "keras_backend": backend or None, "hostname": platform.node(),
+            "python": sys.executable,
             "gpu": gpu[0] if gpu else None, "arch": gpu[1] if gpu else None,
             "device": "cpu-emulated" if emulated else "gpu"}
-    command = [sys.executable, "-m", "trainables.probe", framework, ids[0] if ids else "0", "1" if emulated else "0",
+    command = [sys.executable, "-m", "trainables.probe", name, ids[0] if ids else "0", "1" if emulated else "0",
                json.dumps(models)]
     kept = None if models or code else _kept_check(framework, command, env)
     if kept is not None and kept.exists():
@@ -204,14 +220,18 @@ def check(framework: str, node_id: str, emulated: bool | None, gpu_id: str | Non
     if build is None:
         if "import_error" in said:
             kind, message, _ = said["import_error"]
-            reason = (f"{framework} is not installed for {sys.executable}" if said.get("missing") else
+            reason = (f"{said['missing']} is not installed for {sys.executable}" if said.get("missing") else
                       f"{framework} fails at import: {kind}: {message}")
         else:
             reason = f"{framework} ended its process at import ({died or 'without a word'})"
     else:
         error = TrialError(*said["step_error"]) if "step_error" in said else (
             TrialError("ProcessDied", died, "") if died else None)
+        if "keras_backend" in said:  # "3.15.0 on jax 0.10.2": Keras's version and the backend's it ran on
+            build = replace(build, version=f"{build.version} on {' '.join(said['keras_backend'])}")
         reason = verdict(framework, build, gpu, error)
+        if reason is None and backend and said.get("keras_backend", [backend])[0] != backend:
+            reason = f"keras {build.version}: asked for the {backend} backend (KERAS_BACKEND) and got another"
     return FrameworkCheck(**base, ok=reason is None, reason=reason, version=build.version if build else None,
                           cuda=build.cuda if build else None, seconds=round(time.time() - t0, 1),
                           no_gpu_decode=said.get("no_gpu_decode"),
@@ -294,24 +314,31 @@ def main(argv: list[str]) -> int:
     `python -m trainables.probe --check FRAMEWORK`: the whole check on this machine, in this interpreter,
     as one JSON line (`python -m sweep env list`, without Ray)."""
     from trainables.config import TrialConfig
-    from trainables.loop import Devices, TrialLoop
+    from trainables.loop import Devices, TrialLoop, backend_module
 
     if argv[0] == "--check":
         print(json.dumps(asdict(check(argv[1], "local", None, first_gpu()))), flush=True)
         return 0
-    framework, gpu_id, emulated = argv[0], argv[1], argv[2] == "1"
+    framework, _, keras_backend = argv[0].partition("/")
+    gpu_id, emulated = argv[1], argv[2] == "1"
     models = [tuple(m) for m in json.loads(argv[3])] if len(argv) > 3 else []
     devices = Devices.of([gpu_id], emulated)  # before the framework loads: it reads CUDA_VISIBLE_DEVICES once
+    cfg = TrialConfig(framework=framework, model="resnet8_cifar", num_gpus=1, batch_per_gpu=2, epochs=1, lr=0.01,
+                      data="synthetic", steps_per_epoch=1, warmup_steps=0, seed=0,
+                      **({"keras_backend": keras_backend} if keras_backend else {}))
     try:
-        backend = importlib.import_module(f"trainables.{framework}.backend")
+        if keras_backend and importlib.util.find_spec(keras_backend) is None:  # said as missing, not as Keras's error
+            raise ModuleNotFoundError(f"No module named '{keras_backend}'", name=keras_backend)
+        backend = backend_module(cfg, devices)  # Keras's backend chosen from the config, as a trial's
     except Exception as e:  # noqa: BLE001 - the framework's own failure is the answer
         error = trial_error(e)
-        missing = isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == framework
+        module = (e.name or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else None
+        missing = module if module in (MODULES.get(framework, framework), keras_backend) else None
         _say(import_error=[error.error_type, error.message, error.error_class], missing=missing)
         return 0
     _say(build=asdict(backend.build()))
-    cfg = TrialConfig(framework=framework, model="resnet8_cifar", num_gpus=1, batch_per_gpu=2, epochs=1, lr=0.01,
-                      data="synthetic", steps_per_epoch=1, warmup_steps=0, seed=0)
+    if keras_backend:
+        _say(keras_backend=keras_backend_version())
     try:
         TrialLoop(cfg, devices, None).run_epoch(0)
     except Exception as e:  # noqa: BLE001
@@ -323,6 +350,14 @@ def main(argv: list[str]) -> int:
     if framework == "pytorch":
         _say(no_gpu_decode=gpu_decode_problem())
     return 0
+
+
+def keras_backend_version() -> list[str]:
+    """The backend Keras runs on in this process and that framework's version: ["jax", "0.10.2"]. Keras is loaded
+    already (trainables/keras/backend.py, by backend_module): taken from sys.modules, as this module, which the driver
+    imports, names no framework."""
+    name = sys.modules["keras"].backend.backend()
+    return [name, str(importlib.import_module(name).__version__)]
 
 
 def check_models(framework: str, models: list[tuple[str, int, int]]) -> None:

@@ -17,17 +17,19 @@ USABLE = tuple(s.value for s in Status if s.done)
 # schedule do not). Speedup and efficiency compare against the 1-GPU cell of the same key.
 # Precision and the compiler change a step's speed most of all: fp16 rows are never pooled with fp32 rows.
 # The input pipeline's workers (data: imagenet) decide how fast images arrive: a speed setting too.
-# So do what it reads (data_format: JPEG files, TFRecord, RecordIO) and where it decodes (decode: cpu or gpu).
+# So do what it reads (data_format: JPEG files, TFRecord, RecordIO) and where it decodes (decode: cpu or gpu). Keras's
+# backend is the framework underneath a keras trial: its trials on jax, tensorflow and torch are three groups.
 SPEED_KEY = ["framework", "model", "batch_per_gpu", "data_kind", "image_size", "kvstore", "variable_update", "cpus_per_trial",
-             "loader_workers", "precision", "compile", "data_format", "decode"]
+             "loader_workers", "precision", "compile", "data_format", "decode", "keras_backend"]
 # A trial group: trials that differ in the GPU count only (the linear rule's lr follows the GPUs).
 GROUP_KEY = SPEED_KEY + ["lr_setting", "warmup_epochs", "epochs", "steps_per_epoch", "val_examples",
                          "warmup_steps", "lr_decay", "momentum", "weight_decay", "seed"]
 # What may differ between the trials one throughput cell averages: nothing that changes a step's speed.
 POOLED = ["lr_setting", "lr", "warmup_epochs", "lr_decay", "momentum", "weight_decay", "seed", "epochs",
           "steps_per_epoch", "val_examples", "warmup_steps"]
-# Shown in a label always; the rest of a key only where the run varies it.
-ALWAYS_SHOWN = ("framework", "model", "batch_per_gpu", "data_kind", "lr_setting")
+# Shown in a label always; the rest of a key only where the run varies it. A keras trial's backend is part of what
+# it runs (a study 000 table per backend says which); other frameworks' trials have none (trial_figures).
+ALWAYS_SHOWN = ("framework", "model", "batch_per_gpu", "data_kind", "lr_setting", "keras_backend")
 
 HARDWARE = (("device", "device_kind"), ("GPU", "gpu_model"), ("driver", "gpu_driver"),
             ("driver's CUDA", "driver_cuda_version"), ("CPU", "cpu_model"), ("CPUs", "cpu_count"), ("host", "hostname"))
@@ -46,6 +48,7 @@ def trial_figures(trials: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     epoch times, time_per_epoch_s their mean (as study 000 measures them). Rows in ORDER, then lr and GPUs.
     """
     fig = trials.copy().reset_index(drop=True)
+    fig["keras_backend"] = fig["keras_backend"].where(fig["framework"] == "keras")  # keras's own setting: null elsewhere
     fig["data_kind"] = _filled_data_kind(fig)
     fig["lr_setting"] = [_lr_setting(r) for r in fig.itertuples()]
     fig["lr_decay"] = [_lr_decay(r.lr_decay_epochs, r.lr_decay_factor) for r in fig.itertuples()]
@@ -130,7 +133,7 @@ def _filled_data_kind(trials: pd.DataFrame) -> pd.Series:
 
 # The order of every table's groups, whatever order the store read the rows in: the speed key's parts in
 # this order, a precision as PRECISIONS lists it (fp32, tf32, fp16, bf16), the compiled ones after them all.
-ORDER = ["framework", "model", "batch_per_gpu", "data_kind", "compile", "precision", "image_size", "kvstore",
+ORDER = ["framework", "keras_backend", "model", "batch_per_gpu", "data_kind", "compile", "precision", "image_size", "kvstore",
          "variable_update", "cpus_per_trial", "loader_workers", "data_format", "decode"]
 
 
@@ -171,13 +174,16 @@ def group_labels(frame: pd.DataFrame, key: list[str], exclude: tuple[str, ...] =
         extra = [c for c in rest if rows[c].astype(str).nunique() > 1]
         for i in rows.index:
             shown[i] = extra
-    return pd.Series([" ".join(key_part(c, frame.at[i, c]) for c in [*always, *shown[i]]) for i in frame.index],
-                     index=frame.index, dtype=str)
+    return pd.Series([" ".join(filter(None, (key_part(c, frame.at[i, c]) for c in [*always, *shown[i]])))
+                      for i in frame.index], index=frame.index, dtype=str)
 
 
 def key_part(column: str, value: Any) -> str:
+    """A key's part of a label; "" for a setting the row's framework does not have (keras_backend)."""
     if column in ("framework", "model", "data_kind", "lr_setting"):
         return str(value)
+    if column == "keras_backend" and pd.isna(value):
+        return ""
     if column == "batch_per_gpu":
         return f"b{int(value)}/GPU"
     if pd.isna(value):

@@ -11,10 +11,10 @@ from sweep.limits import count
 from sweep.report.figures import (FALLBACK, GROUP_KEY, SPEED_KEY, USABLE, key_part, batch_label, group_labels,
                                   in_speed_order, provenance, status_label)
 from sweep.report.seeds import as_in
-from trainables.config import PRECISIONS
+from trainables.config import PRECISIONS, runs_as
 
 NO_TRIAL = "-"
-RATIO_AXES = ("data_kind", "batch_per_gpu", "framework", "model")
+RATIO_AXES = ("data_kind", "batch_per_gpu", "framework", "keras_backend", "model")
 
 @dataclass
 class Table:
@@ -97,8 +97,8 @@ def gpu_rows(cells: pd.DataFrame) -> list[Any]:
 def ratio_tables(long: pd.DataFrame, source: str = "") -> list[Table]:
     """Study 004's lower half: images/s of one value of an axis over another's, other keys equal, per GPUs.
 
-    Axes: data (synthetic vs real), batch per GPU (each vs the smallest), framework and model (each vs
-    the first in name order). A median column as in the study.
+    Axes: data (synthetic vs real), batch per GPU (each vs the smallest), framework, Keras's backend and model
+    (each vs the first in name order). A median column as in the study.
     """
     usable = long[long["images_per_sec"].notna()].copy()
     tables = []
@@ -242,7 +242,7 @@ def _source_labels(cells: pd.DataFrame, key: list[str]) -> list[str]:
     for _, cell in cells.iterrows():
         form = cell.get("data_format")
         parts = [str(cell["data_kind"]), *([form] if isinstance(form, str) else [])]
-        labels.append(" ".join(parts + [key_part(c, cell[c]) for c in varied]))
+        labels.append(" ".join(filter(None, parts + [key_part(c, cell[c]) for c in varied])))
     return labels
 
 
@@ -266,7 +266,8 @@ def _is_rate(value: Any) -> bool:
 
 
 def _axis_value(axis: str, value: Any) -> str:
-    return {"data_kind": f"{value} data", "batch_per_gpu": f"batch {value}/GPU"}.get(axis, str(value))
+    return {"data_kind": f"{value} data", "batch_per_gpu": f"batch {value}/GPU",
+            "keras_backend": f"keras on {value}"}.get(axis, str(value))
 
 
 PER_RUN_ROWS = (  # study 000's rows: label, figures column, unit
@@ -307,11 +308,15 @@ def per_run_tables(figures: pd.DataFrame, run_label: str) -> list[Table]:
 def framework_tables(figures: pd.DataFrame, source: str = "") -> list[Table]:
     """Study 000 with the frameworks side by side: per trial group less its framework, study 000's measures
     in a column per GPU count and framework, and each framework's images/s over the first framework (in
-    name order) that has a number at that GPU count. Only where a run has trials of two frameworks or more."""
-    if figures.empty or figures["framework"].nunique() < 2:
+    name order) that has a number at that GPU count. Only where a run has trials of two frameworks or more.
+    A keras trial's framework is Keras with its backend ("keras/jax", runs_as): study 000's own comparison."""
+    if figures.empty:
         return []
     cells = figures.copy()
-    cells["other"] = group_labels(cells, GROUP_KEY, exclude=("framework",))
+    cells["framework"] = [runs_as(fw, backend) for fw, backend in zip(cells["framework"], cells["keras_backend"])]
+    if cells["framework"].nunique() < 2:
+        return []
+    cells["other"] = group_labels(cells, GROUP_KEY, exclude=("framework", "keras_backend"))
     tables = []
     for other, trials in cells.groupby("other", sort=False):
         if trials["framework"].nunique() < 2:

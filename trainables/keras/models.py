@@ -10,6 +10,7 @@ import keras
 from keras import layers, ops
 
 from trainables import zoo
+from trainables.failure import first_line
 
 # Same initialisation as the MXNet side: gaussian, std sqrt(2 / fan_in); BN as MXNet's defaults.
 def _kernel_init() -> keras.initializers.Initializer:
@@ -49,7 +50,8 @@ class BatchNorm(layers.Layer):
             self.moving_variance.assign(self.moving_variance * self.momentum + variance * (1 - self.momentum))
         else:
             mean, variance = self.moving_mean, self.moving_variance
-        gamma = self.gamma if self.scale else ops.ones_like(self.beta)
+        # ops.ones, not ops.ones_like(self.beta): JAX 0.12 cannot take a Keras variable's dtype from it there.
+        gamma = self.gamma if self.scale else ops.ones(self.beta.shape, "float32")
         y = ops.batch_normalization(x, mean, variance, axis=-1, offset=self.beta, scale=gamma, epsilon=self.epsilon)
         return ops.cast(y, dtype)
 
@@ -308,3 +310,18 @@ def build_named(found: zoo.Named, image_size: int, num_classes: int) -> keras.Mo
     if not isinstance(model, keras.Model):
         raise zoo.not_a_model(found, model, f"a Keras {keras.__version__} model (keras.Model)")
     return model
+
+
+def check_named(name: str, image_size: int, num_classes: int) -> None:
+    """The framework check of a named model on this process's Keras backend: built as a trial builds it, one
+    training-mode forward pass of 2 images giving (2, num_classes) logits. A ModelError (one line) where it does not."""
+    found = zoo.named(name)
+    model = build_named(found, image_size, num_classes)
+    try:
+        out = model(ops.zeros((2, image_size, image_size, 3)), training=True)
+    except Exception as e:  # noqa: BLE001
+        raise zoo.ModelError(f"model {found.text}: its forward pass on 2 images of {image_size}x{image_size} raised "
+                             f"{type(e).__name__}: {first_line(str(e))[:300]}") from None
+    if not keras.ops.is_tensor(out):
+        raise zoo.ModelError(f"model {found.text}: its forward pass returned {type(out).__name__}, not one tensor of logits")
+    zoo.check_logits(found, tuple(out.shape), 2, num_classes, image_size)

@@ -35,6 +35,19 @@ def build() -> Build:
                  gpus=len(tf.config.list_physical_devices("GPU")))
 
 
+
+def mirrored(devices: Devices) -> tf.distribute.MirroredStrategy:
+    """A MirroredStrategy over the trial's devices on this node (also Keras's on TensorFlow: trainables/keras/)."""
+    n = devices.count
+    if devices.kind == "gpu":
+        return tf.distribute.MirroredStrategy(devices=[f"/gpu:{i}" for i in range(n)])
+    # Emulated: as many logical CPU devices, set before TensorFlow initialises (a process where it
+    # already ran with enough of them, or one device wanted, keeps what it has).
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    if n > max(1, len(tf.config.get_logical_device_configuration(cpu) or ())):
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+    return tf.distribute.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(n)])
+
 class Backend:
     layout = "NHWC"
     put_ahead = True  # TensorFlow's eager ops may run on any thread: batches go to the devices on the prefetch thread
@@ -137,15 +150,7 @@ class Backend:
             return strategy
         if cfg.nodes > 1:
             return tf.distribute.MultiWorkerMirroredStrategy()  # this worker's GPUs, or its CPU
-        n = devices.count
-        if devices.kind == "gpu":
-            return tf.distribute.MirroredStrategy(devices=[f"/gpu:{i}" for i in range(n)])
-        # Emulated: as many logical CPU devices, set before TensorFlow initialises (a process where it
-        # already ran with enough of them, or one device wanted, keeps what it has).
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        if n > max(1, len(tf.config.get_logical_device_configuration(cpu) or ())):
-            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
-        return tf.distribute.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(n)])
+        return mirrored(devices)
 
     def compute_dtype(self) -> str | None:
         """The dtype of the model's output in the training step as built (see `gradients`); None before the first."""
