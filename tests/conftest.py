@@ -156,6 +156,11 @@ def shared_ray() -> list[str]:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": os.cpu_count(), "num_gpus": 4,
                                                             "dashboard_port": port})
     cluster.wait_for_nodes()
+    # Ray notes a started head in /tmp/ray/ray_current_cluster, and the next embedded run's start says on stderr that
+    # it overwrites that note: a second line beside a refusal's one. This cluster is joined by its address alone.
+    from ray._private.utils import get_ray_address_file
+
+    Path(get_ray_address_file(None)).unlink(missing_ok=True)
     try:
         yield ["--address", cluster.address, "--scale", "smoke"]
     finally:

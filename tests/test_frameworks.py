@@ -130,8 +130,9 @@ def env_run(tmp_path_factory: pytest.TempPathFactory, shared_ray: list[str]) -> 
                     "grid: {seed: [1, 2]}\n"
                     "environments:\n  mxnet: {py_executable: /nonexistent/python}\n")
     python = sys.executable
+    # No environment `env create` made on this machine (keras's, mxnet's) joins the run's: its own root, empty.
     out = run_cli(str(path), "--env", f"mxnet={python}", "--max-concurrent", "1", "--results", str(work / "results"),
-                  *shared_ray, timeout=400)
+                  *shared_ray, timeout=400, env={"SWEEP_ENVS": str(work / "no-made-environments")})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     return store.run_dirs(work / "results", "env_over_file")[-1], python
 
