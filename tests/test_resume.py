@@ -290,27 +290,28 @@ fixed: {framework: mxnet, model: resnet8_cifar, data: synthetic, num_gpus: 1, ba
 
 # --- Ctrl-C during start-up (issue 40): nothing half-made is left, and nothing is out of sight ----------------
 
-def test_ctrl_c_while_the_run_folder_is_made_leaves_nothing(tmp_path: Path) -> None:
+def test_ctrl_c_while_the_run_folder_is_made_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real SIGINT to this process while RunStore.create writes the sweep file (as Ctrl-C at that moment of a
-    start does): the folder, its epochs/ and trials/, and the temporary file are all gone again."""
-    import threading
-
+    start does): the folder, its epochs/ and trials/, and the temporary file are all gone again. The signal is sent
+    from inside the write, once its bytes are in the temporary file and before it replaces the sweep file: the same
+    moment at any load (a watcher thread polling for the file raced the write, and lost it on a loaded machine)."""
     results = tmp_path / "results"
     meta = store.RunMeta(sweep="tiny_mxnet", run_id=store.new_run_id(), scale="smoke", spec_path=SWEEP,
                          spec_sha256="0" * 64, data_dir=None, emulated=True, trials=["t1"])
-    text = "#" * (64 << 20)  # written for long enough that the signal comes mid-write
+    fsync, signalled = os.fsync, []
 
-    def ctrl_c_when_writing() -> None:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if list(results.glob("*/*/.sweep.yaml.tmp-*")):
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-            time.sleep(0.001)
+    def fsync_then_ctrl_c(fd: int) -> None:
+        fsync(fd)
+        if ".sweep.yaml.tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            assert list(results.glob("*/*/.sweep.yaml.tmp-*")), "the temporary file is there when the signal comes"
+            signalled.append(fd)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler raises KeyboardInterrupt in this thread before the sleep ends
 
-    threading.Thread(target=ctrl_c_when_writing, daemon=True).start()
+    monkeypatch.setattr(store.os, "fsync", fsync_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
-        store.RunStore.create(results, meta, text)
+        store.RunStore.create(results, meta, "name: tiny_mxnet\n")
+    assert signalled, "the sweep file's write was interrupted"
     assert not results.exists(), sorted(map(str, results.rglob("*")))
 
 
