@@ -528,11 +528,6 @@ def _check_distribution(where: str, values: dict[str, Any]) -> None:
         raise SpecError(f"{where}: kvstore and variable_update are MXNet's and TensorFlow's; keras trials run data "
                         f"parallel as Keras does on their keras_backend")
     backend = values.get("keras_backend", "tensorflow")
-    # Keras on torch runs a rank per GPU as PyTorch trials do, on one node or several (sweep/workers.py); jax and
-    # tensorflow run on one node until JAX's multi-process start and TensorFlow's multi-worker strategy are in.
-    if framework == "keras" and values.get("nodes", 1) > 1 and backend != "torch":
-        raise SpecError(f"{where}: nodes: keras trials on {backend} run on one node so far (keras on torch runs "
-                        f"across nodes), got {values['nodes']}")
     if framework == "keras" and values.get("compile", False) and (
             backend == "torch" or (backend == "tensorflow" and values["num_gpus"] > 1)):
         # Seen with Keras 3.15: torch.compile recompiles Keras's step past its cache limit (TORCH_LOGS=recompiles: at

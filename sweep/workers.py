@@ -7,7 +7,9 @@ bundle i go, all started into the trial's placement group so that Ray accounts f
 - MXNet (kvstore dist_sync / dist_async): a TrialWorker with the bundle's GPUs and CPUs, running
   trainables.loop.TrialLoop on its slice of every global batch; an MXNet server as a RoleProcess;
   and, in bundle 0, the scheduler. The DMLC environment tells each process its role.
-- TensorFlow, replicated: a TrialWorker per node under MultiWorkerMirroredStrategy (TF_CONFIG).
+- TensorFlow, replicated, and Keras on tensorflow: a TrialWorker per node under MultiWorkerMirroredStrategy (TF_CONFIG).
+- Keras on jax: a TrialWorker per node, the processes of one JAX program (KERAS_DISTRIBUTION_*: Keras's multi-host
+  start, jax.distributed.initialize, the coordinator on the first worker's node).
 - TensorFlow, parameter_server: a worker server (with the GPUs) and a parameter server (on CPU, as
   in study 004) per node, both RoleProcesses; a TrialWorker holding no resources runs the loop as
   ParameterServerStrategy's coordinator, TensorFlow's "chief".
@@ -359,7 +361,9 @@ def _data_parallel(group: Group, cfg: TrialConfig, emulated: bool, data_dir: str
     else:
         workers = [group.worker(i, emulated) for i in range(cfg.nodes)]
         envs = (_mxnet_roles(group, cfg) if cfg.kvstore.startswith("dist") else
-                _tensorflow_workers(group, workers) if cfg.nodes > 1 else [{}])  # [{}]: one worker on its own
+                [{}] if cfg.nodes == 1 else  # one worker on its own
+                _jax_processes(group, workers) if cfg.runs_as == "keras/jax" else
+                _tensorflow_workers(group, workers))  # TensorFlow, and Keras on it
     restore = _read_files(restore_dir) if restore_dir else None  # every rank restores; rank 0's state is saved
     group.get([w.start.remote(cfg.to_dict(), env, data_dir, restore, Shard(rank, len(workers)))
                for rank, (w, env) in enumerate(zip(workers, envs))])
@@ -403,6 +407,14 @@ def _tensorflow_workers(group: Group, workers: list[Any]) -> list[dict[str, str]
     """MultiWorkerMirroredStrategy's TF_CONFIG for each worker, from the addresses they found free."""
     addresses = group.get([w.free_address.remote() for w in workers])
     return [{"TF_CONFIG": tf_config({"worker": addresses}, "worker", rank)} for rank in range(len(workers))]
+
+
+def _jax_processes(group: Group, workers: list[Any]) -> list[dict[str, str]]:
+    """JAX's multi-process start, as Keras reads it (keras.distribution.initialize, trainables/keras/backend.py): the
+    coordinator's address, found free on the first worker's node, the process count and each one's id."""
+    coordinator = group.get([workers[0].free_address.remote()])[0]
+    return [{"KERAS_DISTRIBUTION_JOB_ADDRESSES": coordinator, "KERAS_DISTRIBUTION_NUM_PROCESSES": str(len(workers)),
+             "KERAS_DISTRIBUTION_PROCESS_ID": str(rank)} for rank in range(len(workers))]
 
 
 def _torch_ranks(group: Group, cfg: TrialConfig, workers: list[Any]) -> list[dict[str, str]]:

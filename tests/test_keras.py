@@ -232,27 +232,36 @@ def _ranks(world: int, out: str, lrs: list[float], poison: str = "") -> list[dic
     return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
 
 
-@pytest.mark.slow  # Keras on torch imported in three processes: ~30 s
-def test_two_torch_ranks_take_the_step_of_one_process_on_the_same_global_batch(tmp_path) -> None:
-    """keras_backend torch on 2 GPUs: a rank each, the Keras model in DistributedDataParallel. The gradients are the mean
-    over the global batch (DDP averages the ranks' means), weight decay is added once, an lr change applies alike; each
-    rank counts its own images, and the two ranks' loss sums make the one process's."""
-    from test_data_parallel import CLOSE, LRS, relative_differences
+def _check_two_take_the_step_of_one(one: list[dict], two: list[dict], tmp_path) -> None:
+    """One process's trained weights (tmp_path/1.npz) are two processes' (2.npz) to float tolerance; each of the two
+    counted its own half of every step's images, and their sums make the one's; the same all-reduced gradient was
+    applied by both; the first of the two validated alone, as the one did."""
+    from test_data_parallel import CLOSE, relative_differences
 
-    (one,) = _ranks(1, str(tmp_path / "1.npz"), LRS)
-    two = _ranks(2, str(tmp_path / "2.npz"), LRS)
+    (one,) = one
     found = {}
     for n in (1, 2):
         with np.load(tmp_path / f"{n}.npz") as saved:
             arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
         found[n] = arrays[:len(arrays) // 2], arrays[len(arrays) // 2:]
     assert max(relative_differences(*found[1], *found[2])) < CLOSE
-    for whole, *halves in zip(one["steps"], *(r["steps"] for r in two)):
+    for whole, *halves in zip(one["steps"], *(p["steps"] for p in two)):
         assert [h[2] for h in halves] == [4, 4] and whole[2] == 8
         assert sum(h[0] for h in halves) == pytest.approx(whole[0], rel=1e-5)
         assert sum(h[1] for h in halves) == whole[1]
-    assert two[0]["weights"] == two[1]["weights"]  # each rank applied the same all-reduced gradient
-    assert two[0]["scored"] == one["scored"] == [one["right"], 5]  # rank 0 validates alone
+    assert two[0]["weights"] == two[1]["weights"]
+    assert two[0]["scored"] == one["scored"] == [one["right"], 5]
+
+
+@pytest.mark.slow  # Keras on torch imported in three processes: ~30 s
+def test_two_torch_ranks_take_the_step_of_one_process_on_the_same_global_batch(tmp_path) -> None:
+    """keras_backend torch on 2 GPUs: a rank each, the Keras model in DistributedDataParallel. The gradients are the mean
+    over the global batch (DDP averages the ranks' means), weight decay is added once, an lr change applies alike; each
+    rank counts its own images, and the two ranks' loss sums make the one process's."""
+    from test_data_parallel import LRS
+
+    _check_two_take_the_step_of_one(_ranks(1, str(tmp_path / "1.npz"), LRS), _ranks(2, str(tmp_path / "2.npz"), LRS),
+                                    tmp_path)
 
 
 @pytest.mark.slow  # Keras on torch imported in two processes: ~20 s
@@ -267,6 +276,68 @@ def test_every_torch_rank_sees_a_non_finite_loss_in_the_same_step(tmp_path) -> N
     ranks = _ranks(2, str(tmp_path / "2.npz"), LRS, poison="1:1")
     assert [math.isfinite(r["steps"][0][0]) for r in ranks] == [True, True]
     assert [math.isnan(r["steps"][1][0]) for r in ranks] == [True, True]
+
+
+# keras_backend jax or tensorflow on 2 nodes x 1 GPU: a worker per node (as sweep/workers.py starts them: TF_CONFIG, or
+# JAX's multi-process start), each training its half of the same 8 fixed images; the first worker also scores 5 images
+# alone (no collective), as the loop's first worker validates.
+WORKERS = """
+import hashlib, json, sys
+import numpy as np
+from trainables.config import TrialConfig
+from trainables.loop import Devices, load_backend
+rank, nodes, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+cfg = TrialConfig(framework="keras", keras_backend=sys.argv[4], model="cifar10_conv", num_gpus=nodes, nodes=nodes,
+                  batch_per_gpu=8 // nodes, epochs=1, lr=0.1, weight_decay=0.01, seed=3)
+backend = load_backend(cfg, Devices.of([str(rank)], emulated=True), 32)
+rng = np.random.default_rng(7)
+x, y = rng.random((8, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, 8)
+part = slice(rank * 8 // nodes, (rank + 1) * 8 // nodes)
+before = backend.model.get_weights()
+steps = [backend.train_step(backend.put(x[part], y[part]), lr) for lr in json.loads(sys.argv[5])]
+if rank == 0:
+    np.savez(out, *before, *backend.model.get_weights())
+weights = hashlib.sha1(b"".join(w.tobytes() for w in backend.model.get_weights())).hexdigest()
+print(json.dumps({"steps": steps, "weights": weights, "right": int((backend.logits(x[:5]).argmax(1) == y[:5]).sum()),
+                  "scored": backend.eval_step(backend.put(x[:5], y[:5])) if rank == 0 else None}))
+"""
+
+
+def _workers(backend: str, nodes: int, out: str, lrs: list[float]) -> list[dict]:
+    """WORKERS as `nodes` processes on this machine, each told its cluster as sweep/workers.py tells it."""
+    from test_pytorch import free_port
+
+    from sweep.workers import tf_config
+
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
+
+    def cluster(rank: int) -> dict[str, str]:
+        if nodes == 1:
+            return {}
+        if backend == "tensorflow":
+            return {"TF_CONFIG": tf_config({"worker": addresses}, "worker", rank)}
+        return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": addresses[0], "KERAS_DISTRIBUTION_NUM_PROCESSES": str(nodes),
+                "KERAS_DISTRIBUTION_PROCESS_ID": str(rank)}
+
+    workers = [subprocess.Popen([_needs(backend), "-c", WORKERS, str(rank), str(nodes), out, backend, json.dumps(lrs)],
+                                cwd=ROOT, env={**_child_env(), **cluster(rank)}, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in range(nodes)]
+    outs = [p.communicate(timeout=300) for p in workers]
+    assert all(p.returncode == 0 for p in workers), [err[-2000:] for _, err in outs]
+    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+
+
+@pytest.mark.slow  # Keras imported in three processes: ~25 s
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_two_workers_take_the_step_of_one_on_the_same_global_batch(backend: str, tmp_path) -> None:
+    """keras_backend tensorflow (MultiWorkerMirroredStrategy) and jax (one JAX program over two processes, gloo's
+    collectives on the CPU) across 2 nodes: the gradients are the mean over the global batch, weight decay is added
+    once, an lr change applies alike; each worker counts its own images, and the two workers' sums make the one
+    worker's; the first worker scores alone, as one worker does."""
+    from test_data_parallel import LRS
+
+    _check_two_take_the_step_of_one(_workers(backend, 1, str(tmp_path / "1.npz"), LRS),
+                                    _workers(backend, 2, str(tmp_path / "2.npz"), LRS), tmp_path)
 
 
 TORCH_RANKS_SWEEP = """
@@ -316,6 +387,51 @@ def test_keras_on_torch_learns_as_ranks_on_one_node_and_across_two(learnable, tw
         assert row.val_examples == learnability.VAL_IMAGES and row.computed_precision == "fp32"
     last = epochs.sort_values("epoch").groupby("trial_id").tail(1)
     assert (last.val_acc > learnability.BAR).all(), epochs[["nodes", "epoch", "train_loss", "val_acc"]]
+
+
+NODES_SWEEP = """
+name: keras_nodes
+description: "keras on {backend}, 2 GPUs across two nodes: a worker per node"
+fixed: {{framework: keras, keras_backend: {backend}, num_gpus: 2, nodes: 2, {fixed}}}
+scales: {{smoke: {{}}, full: {{}}}}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_keras_on_tensorflow_and_jax_learns_across_two_nodes(learnable, two_nodes, backend: str, tmp_path) -> None:
+    """keras_backend tensorflow (MultiWorkerMirroredStrategy, TF_CONFIG) and jax (JAX's multi-process start, Keras's
+    DataParallel over both processes' devices) on 2 emulated GPUs, one on each node of a real two-node Ray cluster,
+    through `python -m sweep`: the trial learns the learnable set (the recipe's global batch, split over the workers)
+    past benchmarks/learnability.py's bar, and its rows list both workers' nodes. jax runs in the environment `env
+    create keras` made where this Python has no jax."""
+    import pandas as pd
+    import yaml
+    from conftest import run_cli
+
+    from sweep import store
+
+    _needs(backend)
+    learnability, data_dir = learnable
+    recipe = learnability.config("resnet8_cifar", "keras")
+    fixed = {k: v for k, v in recipe.items() if k not in ("framework", "num_gpus", "batch_per_gpu")}
+    fixed["batch_per_gpu"] = recipe["batch_per_gpu"] // 2  # the recipe's global batch
+    sweep = tmp_path / "keras_nodes.yaml"
+    sweep.write_text(NODES_SWEEP.format(backend=backend,
+                                        fixed=yaml.safe_dump(fixed, default_flow_style=True).strip()[1:-1]))
+    results = tmp_path / "results"
+    out = run_cli(str(sweep), "--address", two_nodes.address, "--data-dir", str(data_dir), "--results", str(results),
+                  "--scale", "full", timeout=1800)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
+    folder = store.run_dirs(results, "keras_nodes")[-1]
+    trials, epochs = pd.read_parquet(folder / "trials"), pd.read_parquet(folder / "epochs")
+    assert list(trials.status) == ["completed"] and list(trials.nodes) == [2]
+    for row in epochs.itertuples():
+        assert len(set(row.ray_node_id.split(";"))) == 2  # a worker on each node
+        assert f" {backend} " in row.framework_version and row.device_kind == "cpu-emulated"
+        assert row.val_examples == learnability.VAL_IMAGES and row.computed_precision == "fp32"
+    last = epochs.sort_values("epoch").tail(1)
+    assert (last.val_acc > learnability.BAR).all(), epochs[["epoch", "train_loss", "train_acc", "val_acc"]]
 
 
 PRECISIONS = """
@@ -382,8 +498,6 @@ scales: {{smoke: {{}}, full: {{}}}}
 
 
 @pytest.mark.parametrize("setting, says", [
-    ("num_gpus: 2, nodes: 2", "nodes: keras trials on tensorflow run on one node so far"),
-    ("keras_backend: jax, num_gpus: 2, nodes: 2", "nodes: keras trials on jax run on one node so far"),
     ("num_gpus: 1, data: imagenet", "data: imagenet runs in pytorch, mxnet, tensorflow only so far, not in keras"),
     ("num_gpus: 1, kvstore: dist_sync", "kvstore and variable_update are MXNet's and TensorFlow's"),
     ("keras_backend: torch, num_gpus: 1, compile: true", "compile: Keras's jit_compile runs for keras on jax (always)"),
@@ -417,10 +531,10 @@ def test_a_refused_keras_sweep_exits_2_with_one_line(tmp_path) -> None:
     from conftest import run_cli
 
     path = tmp_path / "keras_refused.yaml"
-    path.write_text(KERAS_SWEEP.format(setting="keras_backend: jax, num_gpus: 2, nodes: 2"))
+    path.write_text(KERAS_SWEEP.format(setting="keras_backend: torch, num_gpus: 1, compile: true"))
     done = run_cli("plan", str(path), timeout=120)
     assert done.returncode == 2, done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and "keras trials on jax run on one node so far" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "compile: Keras's jit_compile runs for" in done.stderr
 
 
 def test_keras_on_torch_runs_a_rank_per_gpu_on_one_node_or_several() -> None:
@@ -442,6 +556,19 @@ def test_keras_on_torch_runs_a_rank_per_gpu_on_one_node_or_several() -> None:
     for backend in ("jax", "tensorflow"):
         (other,) = trials(f"keras_backend: {backend}, num_gpus: 2")
         assert not other.process_per_gpu and not other.distributed
+
+
+def test_keras_on_jax_and_tensorflow_runs_a_worker_per_node_across_nodes() -> None:
+    """keras_backend jax and tensorflow across nodes are accepted: a worker per node (sweep/workers.py), not a process
+    per GPU."""
+    from pathlib import Path
+
+    from sweep import spec
+
+    for backend in ("jax", "tensorflow"):
+        (trial,) = spec.parse(KERAS_SWEEP.format(setting=f"keras_backend: {backend}, num_gpus: 4, nodes: 2"),
+                              Path("keras_nodes.yaml")).trials("smoke")
+        assert trial.distributed and not trial.process_per_gpu and (trial.nodes, trial.gpus_per_node) == (2, 2)
 
 
 @pytest.mark.slow  # Keras and TensorFlow imported here: 12 s

@@ -5,13 +5,18 @@ KERAS_BACKEND (and on JAX the number of host devices) is set from the trial's co
 (trainables/keras/__init__.py: prepare, called by trainables/loop.py). Data parallel as Keras documents it
 for each backend:
 - JAX: keras.distribution.DataParallel over the trial's devices (emulated GPUs: XLA host devices); jit always on.
+  Across nodes a worker per node (sweep/workers.py), the processes of one JAX program (Keras's multi-host start:
+  _join_processes), the DataParallel over all their devices, each process feeding its slice of the global batch
+  (train_on_batch lays it out: jax.make_array_from_process_local_data).
 - TensorFlow: a MirroredStrategy over them (emulated: logical CPU devices), each replica given its slice of the
   batch, as model.fit's distributed dataset gives it (train_on_batch would give every replica the whole batch).
+  Across nodes a worker per node under a MultiWorkerMirroredStrategy (TF_CONFIG, as TensorFlow's trials).
 - torch: one process per device (a rank), as the engine's PyTorch trials run (sweep/workers.py starts them, on one
   node or several, with torch's env:// rendezvous): the process group as trainables/pytorch/backend.py makes it, the
   Keras model (a torch.nn.Module on this backend) wrapped in DistributedDataParallel as Keras's multi-GPU guide for
   torch does, each rank training its slice of the batch by an explicit step (_rank_step). Each rank reports its own
-  sums; sweep/workers.py totals the ranks' rows, as for PyTorch.
+  sums; sweep/workers.py totals the ranks' rows, as for PyTorch. So does each worker of JAX and TensorFlow across
+  nodes (_sums), and the first worker validates alone (eval_step).
 
 The optimizer is the other frameworks' SGD: momentum, and weight decay added to the gradient (L2, once, to the
 all-reduced gradient; Keras's own weight_decay is decoupled and would take other steps).
@@ -102,12 +107,18 @@ class MomentumSGD(keras.optimizers.SGD):
 class StepCounts(keras.metrics.Metric):
     """What a step scored, as sums over its images: cross-entropy (in fp32), right predictions, images. A padding
     image (sample weight 0, put) is none of them. Also the dtype the network's output came in: what its layers computed in
-    (read as the step is traced or run), the rows' computed_precision."""
+    (read as the step is traced or run), the rows' computed_precision.
 
-    def __init__(self) -> None:
+    Each sum is a vector of one entry per process that feeds the step (JAX across nodes: the step sees the global batch,
+    each process's images a block of it, in process order; else 1 entry): each process reports its own images' sums, as
+    every worker of a trial does (sweep/workers.py totals them). All processes run one program: the host picks the entry."""
+
+    def __init__(self, parts: int = 1) -> None:
         super().__init__(name="step_counts")
         self.computed: str | None = None
-        self.sums = [self.add_variable((), "zeros", "float32", "sum", name) for name in ("loss_sum", "correct", "images")]
+        self.parts = parts
+        self.sums = [self.add_variable((parts,), "zeros", "float32", "sum", name)
+                     for name in ("loss_sum", "correct", "images")]
 
     def update_state(self, y_true, y_pred, sample_weight=None):  # type: ignore[no-untyped-def]
         self.computed = keras.backend.standardize_dtype(y_pred.dtype)
@@ -118,7 +129,7 @@ class StepCounts(keras.metrics.Metric):
         loss = ops.logsumexp(logits, axis=-1) - picked
         right = ops.cast(ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), labels), "float32")
         for total, value in zip(self.sums, (loss * scored, right * scored, scored)):
-            total.assign_add(ops.sum(value))
+            total.assign_add(ops.sum(ops.reshape(value, (self.parts, -1)), axis=1))
 
     def result(self):  # type: ignore[no-untyped-def]
         return {v.name: v.value for v in self.sums}
@@ -129,8 +140,6 @@ class Backend:
     put_ahead = True  # each backend's copy to the devices may run on the prefetch thread, ahead of the step
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> None:
-        if cfg.nodes > 1 and BACKEND != "torch":
-            raise ValueError(f"a keras trial on {BACKEND} runs on one node, not {cfg.nodes} (sweep/spec.py refuses more)")
         self.world = int(os.environ.get("WORLD_SIZE", "1")) if BACKEND == "torch" else 1
         if BACKEND == "torch" and (devices.count > 1 or self.world != cfg.num_gpus):  # sweep/workers.py starts them
             raise ValueError(f"a keras trial on torch on {cfg.num_gpus} GPUs runs as {cfg.num_gpus} processes, one per "
@@ -143,14 +152,18 @@ class Backend:
         self._threads_and_tf32(cfg)
         keras.utils.set_random_seed(cfg.seed)  # every device count builds the same weights
         keras.config.set_dtype_policy(POLICIES[cfg.precision])
-        self.strategy = self._distribution(devices)
+        # The processes (a worker per node) of one TensorFlow strategy or one JAX program (torch's ranks: self.world);
+        # this one's entry of StepCounts' sums (JAX across nodes: its process index, set as it joins the others).
+        self.workers, self.part = (cfg.nodes if BACKEND in ("tensorflow", "jax") else 1), 0
+        self.distribution = None  # JAX's DataParallel, where the trial has several devices
+        self.strategy = self._distribution(cfg, devices)
         with self.strategy.scope() if self.strategy else contextlib.nullcontext():
             self.model = models.build(cfg.model, image_size, num_classes)
             self.sgd = MomentumSGD(cfg.weight_decay, learning_rate=cfg.lr, momentum=cfg.momentum)
             # fp16: dynamic loss scaling (Keras's: from 2^15, halved on a non-finite gradient, which skips that update,
             # doubled after 2,000 finite steps).
             self.opt = keras.optimizers.LossScaleOptimizer(self.sgd) if cfg.loss_scaling else self.sgd
-            self.counts = StepCounts()
+            self.counts = StepCounts(self.workers if BACKEND == "jax" else 1)  # TensorFlow: each replica's own copy
             # The loss: the mean over the batch (Keras's sum_over_batch_size; under the strategy each replica's share
             # is scaled by 1/replicas and the gradients summed: the mean over the global batch).
             self.model.compile(optimizer=self.opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -184,21 +197,40 @@ class Backend:
 
             jax.config.update("jax_default_matmul_precision", "tensorfloat32" if tf32 else "highest")
 
-    def _distribution(self, devices: Devices) -> Any:
-        """TensorFlow's MirroredStrategy over the devices (returned: the model is built in its scope); on JAX, Keras's
-        DataParallel over them, set for the process (None returned); torch: one device (None)."""
+    def _distribution(self, cfg: TrialConfig, devices: Devices) -> Any:
+        """TensorFlow's MirroredStrategy over the devices, across nodes a MultiWorkerMirroredStrategy (returned: the model
+        is built in its scope); on JAX, Keras's DataParallel over them, set for the process (None returned); torch: one
+        device (None)."""
         n = devices.count
         if BACKEND == "tensorflow":  # TensorFlow's trials' strategy (Keras runs on TensorFlow in this process already)
-            from trainables.tensorflow.backend import mirrored
+            from trainables.tensorflow.backend import replicated
 
-            return mirrored(devices)
+            return replicated(cfg, devices)
         if BACKEND == "jax":
+            if cfg.nodes > 1:
+                self._join_processes()
+                n *= cfg.nodes  # list_devices() lists every process's devices now
             found = keras.distribution.list_devices()
             if len(found) < n:
                 raise ValueError(f"JAX sees {len(found)} devices, the trial has {n} (JAX started in this process "
                                  f"before the trial set its host device count)")
-            keras.distribution.set_distribution(keras.distribution.DataParallel(devices=found[:n]) if n > 1 else None)
+            self.distribution = keras.distribution.DataParallel(devices=found[:n]) if n > 1 else None
+            keras.distribution.set_distribution(self.distribution)  # this thread's (Keras's state is per thread)
         return None
+
+    def _join_processes(self) -> None:
+        """JAX across nodes: this worker joins the trial's other processes, as Keras documents a multi-host start
+        (keras.distribution.initialize: jax.distributed.initialize, before JAX computes anything in this process).
+        The coordinator's address, the process count and this one's id are in KERAS_DISTRIBUTION_* (sweep/workers.py
+        puts them there, as Keras reads them). On the CPU (emulated GPUs) the processes' collectives are gloo's."""
+        import jax
+
+        if not self.on_gpu:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        keras.distribution.initialize(job_addresses=os.environ["KERAS_DISTRIBUTION_JOB_ADDRESSES"],
+                                      num_processes=int(os.environ["KERAS_DISTRIBUTION_NUM_PROCESSES"]),
+                                      process_id=int(os.environ["KERAS_DISTRIBUTION_PROCESS_ID"]))
+        self.part = jax.process_index()
 
     def _torch_ranks(self) -> Any:
         """This rank's process group (gloo on emulated GPUs, NCCL on GPUs, made as trainables/pytorch/backend.py makes
@@ -241,7 +273,7 @@ class Backend:
             self.opt.apply([v.value.grad for v in variables], variables)
             self.counts.reset_state()
             self.counts.update_state(y, y_pred.detach(), sample_weight=weights)
-        logs = _host(self.counts.result())
+        logs = self._sums()
         if float(self._ranks_finite) < self.world - 0.5:  # a rank's loss was not finite: every rank stops here
             logs["loss_sum"] = float("nan")
         return logs
@@ -274,7 +306,7 @@ class Backend:
         local = self.strategy.extended.worker_devices
 
         def on_replica(ctx: Any) -> Any:  # each replica's slice on its own device, not all on the first
-            i = ctx.replica_id_in_sync_group
+            i = ctx.replica_id_in_sync_group % len(local)  # its number among all workers' replicas: this worker's
             with tf.device(local[i]):
                 return tuple(tf.identity(p[i]) for p in parts)
 
@@ -288,19 +320,49 @@ class Backend:
         return self._synthetic
 
     def _run(self, step: str, batch: Any) -> dict[str, float]:
-        """Keras's compiled train or test step on the batch, its metrics reset first; the metrics, as host floats."""
+        """Keras's compiled train or test step on the batch, its metrics reset first; its sums (_sums)."""
+        model = self.model
         if self.strategy is None:
-            run = self.model.train_on_batch if step == "train" else self.model.test_on_batch
-            return _host(run(*batch, return_dict=True))
+            # JAX: under the trial's DataParallel. Keras keeps it per thread, and a Ray actor's calls (sweep/workers.py)
+            # run on threads other than the one that built the model: without it each step would run on the global
+            # arrays but with this process's batch as the whole, and across nodes the processes' collectives part ways.
+            with self.distribution.scope() if self.distribution else contextlib.nullcontext():
+                (model.train_on_batch if step == "train" else model.test_on_batch)(*batch)  # each resets the metrics
+            return self._sums()
         # TensorFlow: the step function train_on_batch calls, given the per-replica batch (strategy.run hands each
         # replica its own slice); its variables are built as train_on_batch builds them, from one replica's shapes.
-        if not self.model.built or self.model.train_function is None:
-            self.model._symbolic_build(data_batch=self.strategy.experimental_local_results(batch)[0])
-        self.model.make_train_function()
-        self.model.make_test_function()
-        self.model.reset_metrics()
-        logs = (self.model.train_function if step == "train" else self.model.test_function)(iter([batch]))
-        return _host(logs)
+        if not model.built or model.train_function is None:
+            model._symbolic_build(data_batch=self.strategy.experimental_local_results(batch)[0])
+        model.reset_metrics()
+        if self.workers > 1:  # training (the first worker scores alone: eval_step)
+            self._worker_train(batch)
+        else:
+            model.make_train_function()
+            model.make_test_function()
+            (model.train_function if step == "train" else model.test_function)(iter([batch]))
+        return self._sums()
+
+    def _worker_train(self, batch: Any) -> None:
+        """A training step on one worker of a MultiWorkerMirroredStrategy: Keras's train step under strategy.run, the
+        gradients all-reduced over every worker's replicas by the optimizer. Not Keras's train_function: its mean of
+        the logs across workers fails on scalar metrics (Keras 3.15: reduce_per_replica, axis 0)."""
+        import tensorflow as tf
+
+        if not hasattr(self, "_worker_step"):
+            strategy, model = self.strategy, self.model
+            self._worker_step = tf.function(lambda batch: strategy.run(model.train_step, (batch,)))
+        self._worker_step(batch)
+
+    def _sums(self) -> dict[str, float]:
+        """The last step's sums (StepCounts) over this process's images, as host floats: each worker of a trial reports
+        its own (sweep/workers.py totals the workers' rows). Read off the metric's variables: on TensorFlow the copies
+        on this worker's replicas (SyncOnRead: a read of the whole would add all workers'), on JAX across nodes this
+        process's entry (the variable is replicated on every device; the step's own logs are spread over the processes)."""
+        def local(variable: Any) -> float:
+            copies = self.strategy.experimental_local_results(variable.value) if self.strategy else [variable.value]
+            return float(sum(ops.convert_to_numpy(c)[self.part] for c in copies))
+
+        return {v.name: local(v) for v in self.counts.sums}
 
     def train_step(self, batch: Any, lr: float) -> tuple[float, int, int]:
         if lr != self._lr:
@@ -310,12 +372,38 @@ class Backend:
         return float(logs["loss_sum"]), round(logs["correct"]), round(logs["images"])
 
     def eval_step(self, batch: Any) -> tuple[int, int]:
+        if self.workers > 1:  # the first worker scores alone (trainables/loop.py): no step the others must join
+            x, y, weights = self._local(batch)
+            right = (np.argmax(self.logits(x), axis=-1) == y) * weights
+            return round(float(np.sum(right))), round(float(np.sum(weights)))
         logs = self._run("test", batch)
         return round(logs["correct"]), round(logs["images"])
 
+    def _local(self, batch: Any) -> list[np.ndarray]:
+        """A batch that put() made, as this process's host arrays (TensorFlow: its replicas' slices joined)."""
+        if self.strategy is None:
+            return [ops.convert_to_numpy(t) for t in batch]
+        return [np.concatenate([t.numpy() for t in part]) for part in zip(*self.strategy.experimental_local_results(batch))]
+
     def logits(self, x: np.ndarray) -> np.ndarray:
-        """The model's outputs for host images (NHWC), in inference mode: the tests' reference."""
+        """The model's outputs for host images (NHWC), in inference mode: the tests' reference, and the first worker's
+        scores across nodes."""
+        if BACKEND == "jax" and self.workers > 1:
+            return self._process_logits(x)
         return ops.convert_to_numpy(ops.cast(self.model(ops.convert_to_tensor(x), training=False), "float32"))
+
+    def _process_logits(self, x: np.ndarray) -> np.ndarray:
+        """JAX across nodes: the model on this process's first device alone, with its copy of the weights (replicated
+        on every device). A call on the trial's global arrays is a program that every process must run."""
+        import jax
+
+        model = self.model
+        copies = [[v.value.addressable_data(0) for v in variables]
+                  for variables in (model.trainable_variables, model.non_trainable_variables)]
+        if not hasattr(self, "_scores"):
+            self._scores = jax.jit(lambda t, n, x: ops.cast(model.stateless_call(t, n, x, training=False)[0], "float32"))
+        device = next(iter(copies[0][0].devices()))
+        return np.asarray(self._scores(*copies, jax.device_put(np.asarray(x, np.float32), device)))
 
     def precision_columns(self) -> dict[str, Any]:
         """How the trial's arithmetic ran: the layout, whether TF32 was allowed on a GPU, the loss scale now."""
@@ -358,11 +446,3 @@ class Backend:
                              f"the model and optimizer have {len(variables)} (or their shapes differ)")
         for array, v in zip(arrays, variables):
             v.assign(array)
-
-
-def _host(logs: dict[str, Any]) -> dict[str, float]:
-    """A step's logs as host floats, flat: the compiled metrics' dict comes nested under their name."""
-    flat: dict[str, float] = {}
-    for name, value in logs.items():
-        flat.update(_host(value) if isinstance(value, dict) else {name: float(ops.convert_to_numpy(value))})
-    return flat

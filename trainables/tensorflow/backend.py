@@ -48,6 +48,24 @@ def mirrored(devices: Devices) -> tf.distribute.MirroredStrategy:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
     return tf.distribute.MirroredStrategy(devices=[f"/cpu:{i}" for i in range(n)])
 
+
+def replicated(cfg: TrialConfig, devices: Devices) -> tf.distribute.Strategy:
+    """Gradients all-reduced over every replica of the trial: mirrored() on one node; across nodes a
+    MultiWorkerMirroredStrategy over each worker's GPUs, or its CPU, the cluster read from TF_CONFIG
+    (sweep/workers.py writes it). Also Keras's on TensorFlow (trainables/keras/)."""
+    if cfg.nodes == 1:
+        return mirrored(devices)
+    one_device_per_emulated_worker(cfg, devices)
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def one_device_per_emulated_worker(cfg: TrialConfig, devices: Devices) -> None:
+    """A ValueError where a multi-worker strategy would get several emulated GPUs per worker: it takes a worker's
+    GPUs, or its one CPU device, never logical ones."""
+    if devices.kind != "gpu" and cfg.gpus_per_node > 1:
+        raise ValueError("TensorFlow's multi-worker strategies use one CPU device per worker: emulate "
+                         f"gpus_per_node 1, not {cfg.gpus_per_node} (on GPU nodes any count works)")
+
 class Backend:
     layout = "NHWC"
     put_ahead = True  # TensorFlow's eager ops may run on any thread: batches go to the devices on the prefetch thread
@@ -57,10 +75,8 @@ class Backend:
 
     def __init__(self, cfg: TrialConfig, devices: Devices, image_size: int, num_classes: int = zoo.NUM_CLASSES) -> None:
         self.parameter_server = cfg.variable_update == "parameter_server"
-        emulated = devices.kind != "gpu"
-        if emulated and cfg.gpus_per_node > 1 and (cfg.nodes > 1 or self.parameter_server):
-            raise ValueError("TensorFlow's multi-worker strategies use one CPU device per worker: emulate "
-                             f"gpus_per_node 1, not {cfg.gpus_per_node} (on GPU nodes any count works)")
+        if cfg.nodes > 1 or self.parameter_server:
+            one_device_per_emulated_worker(cfg, devices)
         threads = cfg.cpus
         if (tf.config.threading.get_intra_op_parallelism_threads(),
                 tf.config.threading.get_inter_op_parallelism_threads()) != (threads, threads):
@@ -148,9 +164,7 @@ class Backend:
             strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
             self.coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
             return strategy
-        if cfg.nodes > 1:
-            return tf.distribute.MultiWorkerMirroredStrategy()  # this worker's GPUs, or its CPU
-        return mirrored(devices)
+        return replicated(cfg, devices)
 
     def compute_dtype(self) -> str | None:
         """The dtype of the model's output in the training step as built (see `gradients`); None before the first."""
