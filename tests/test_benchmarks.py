@@ -66,6 +66,7 @@ SCRIPTS = ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makes
            "jax_peer.py", "keras_peer.py", "keras_yardsticks.py"]
 
 
+@pytest.mark.slow  # every script's --help, their imports in one interpreter: ~8 s
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_help(script: str, scripts_help: dict[str, dict]) -> None:
     got = scripts_help[script]
@@ -248,6 +249,7 @@ def test_torch_peer_runs_the_trials_steps_and_threads() -> None:
         _common.torch_peer_command({**config, "data": "cifar10"})
 
 
+@pytest.mark.slow  # torchrun and two torch processes: ~5 s
 def test_torch_peer_trains_under_torchrun_on_two_processes() -> None:
     """The plain DDP program, tiny: two gloo ranks, one JSON line summing their figures, our model's count."""
     from trainables.pytorch.models import build, count_params

@@ -217,7 +217,9 @@ def silent_port():
     listener.close()
 
 
-@pytest.mark.parametrize("kind", ["http", "silent", "garbage", "unknown host", "from RAY_ADDRESS"])
+# "silent" waits out the GCS check's own timeout (~5 s): the full suite's.
+@pytest.mark.parametrize("kind", ["http", pytest.param("silent", marks=pytest.mark.slow), "garbage", "unknown host",
+                                  "from RAY_ADDRESS"])
 def test_an_address_that_is_not_a_ray_gcs_is_one_line_within_seconds(kind: str, http_port, silent_port, tmp_path: Path) -> None:
     address, says = {
         "http": (f"127.0.0.1:{http_port}", "an HTTP server answers there, not a Ray GCS (the dashboard's port, 8265?"),

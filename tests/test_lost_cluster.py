@@ -40,6 +40,7 @@ def gcs_pid(ray_tmp: Path, driver: int) -> int:
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # waits out the watchdog's patience: ~5 s
 def test_the_watchdog_tells_a_gcs_gone_from_one_slow_to_answer(tmp_path: Path) -> None:
     """A port that refuses connections is a GCS gone (after gone_s); one that accepts and says nothing
     may be a GCS too busy to answer, given silent_s before it counts as lost."""

@@ -8,6 +8,10 @@ import pandas as pd
 import pytest
 from conftest import run_cli_trials_at_once
 
+# An embedded Ray and four trials, two at a time (~30 s): the full suite's. The fast lane's engine-made runs are
+# conftest.py's engine_runs.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:

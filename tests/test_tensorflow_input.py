@@ -189,6 +189,7 @@ def test_pack_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert not (empty / "imagenet/tfrecord").exists()
 
 
+@pytest.mark.slow  # TensorFlow imported in the env's interpreter: ~5 s
 def test_pack_runs_in_the_interpreter_env_names_and_refuses_one_it_cannot_use_in_one_line(generated: Path,
                                                                                           tmp_path: Path) -> None:
     root = copy_of(generated, tmp_path)
