@@ -193,22 +193,22 @@ def test_two_devices_take_the_step_of_one_on_the_same_global_batch(backend: str,
 
 # keras_backend torch on 2 GPUs: two processes, a rank each, under one gloo process group (as sweep/workers.py starts
 # a trial's ranks); each trains its half of the same 8 fixed images; rank 0 also scores 5 images alone (no collective).
-RANKS = """
+PROCESSES = """
 import hashlib, json, os, sys
 import numpy as np
 from trainables.config import TrialConfig
 from trainables.loop import Devices, load_backend
-rank, world, out = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), sys.argv[1]
-cfg = TrialConfig(framework="keras", keras_backend="torch", model="cifar10_conv", num_gpus=world,
-                  batch_per_gpu=8 // world, epochs=1, lr=0.1, weight_decay=0.01, seed=3)
+backend_name, rank, count, nodes, out, lrs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+cfg = TrialConfig(framework="keras", keras_backend=backend_name, model="cifar10_conv", num_gpus=count, nodes=nodes,
+                  batch_per_gpu=8 // count, epochs=1, lr=0.1, weight_decay=0.01, seed=3)
 backend = load_backend(cfg, Devices.of([str(rank)], emulated=True), 32)
 rng = np.random.default_rng(7)
 x, y = rng.random((8, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, 8)
-part = slice(rank * 8 // world, (rank + 1) * 8 // world)
+part = slice(rank * 8 // count, (rank + 1) * 8 // count)
 before = backend.model.get_weights()
 poisoned = os.environ.get("POISON_RANK_STEP")  # "RANK:STEP": that rank's images are NaN in that step
 steps = [backend.train_step(backend.put(x[part] * (np.nan if poisoned == f"{rank}:{step}" else 1), y[part]), lr)
-         for step, lr in enumerate(json.loads(sys.argv[2]))]
+         for step, lr in enumerate(json.loads(lrs))]
 if rank == 0:
     np.savez(out, *before, *backend.model.get_weights())
 weights = hashlib.sha1(b"".join(w.tobytes() for w in backend.model.get_weights())).hexdigest()
@@ -217,19 +217,27 @@ print(json.dumps({"steps": steps, "weights": weights, "right": int((backend.logi
 """
 
 
+def _processes(backend: str, nodes: int, out: str, lrs: list[float], envs: list[dict[str, str]]) -> list[dict]:
+    """PROCESSES as one trial's processes on this machine, one per entry of envs (what each is told of the others),
+    on `nodes` nodes; each process drives one emulated GPU. Their JSON lines."""
+    count = len(envs)
+    procs = [subprocess.Popen([_needs(backend), "-c", PROCESSES, backend, str(rank), str(count), str(nodes), out,
+                               json.dumps(lrs)], cwd=ROOT, text=True, env={**_child_env(), **env},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank, env in enumerate(envs)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+
+
 def _ranks(world: int, out: str, lrs: list[float], poison: str = "") -> list[dict]:
-    """RANKS as `world` processes (one: no process group), torch's env:// rendezvous in their environment."""
+    """keras on torch as `world` ranks on one node (one: no process group), torch's env:// rendezvous in their
+    environment."""
     from test_pytorch import free_port
 
-    env = {**_child_env(), "SWEEP_DDP_TIMEOUT_S": "60", "POISON_RANK_STEP": poison}
+    env = {"SWEEP_DDP_TIMEOUT_S": "60", "POISON_RANK_STEP": poison}
     if world > 1:
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
-    ranks = [subprocess.Popen([sys.executable, "-c", RANKS, out, json.dumps(lrs)], cwd=ROOT, text=True,
-                              env={**env, **({"RANK": str(r)} if world > 1 else {})},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(world)]
-    outs = [p.communicate(timeout=300) for p in ranks]
-    assert all(p.returncode == 0 for p in ranks), [err[-2000:] for _, err in outs]
-    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+    return _processes("torch", 1, out, lrs, [{**env, **({"RANK": str(r)} if world > 1 else {})} for r in range(world)])
 
 
 def _check_two_take_the_step_of_one(one: list[dict], two: list[dict], tmp_path) -> None:
@@ -281,30 +289,9 @@ def test_every_torch_rank_sees_a_non_finite_loss_in_the_same_step(tmp_path) -> N
 # keras_backend jax or tensorflow on 2 nodes x 1 GPU: a worker per node (as sweep/workers.py starts them: TF_CONFIG, or
 # JAX's multi-process start), each training its half of the same 8 fixed images; the first worker also scores 5 images
 # alone (no collective), as the loop's first worker validates.
-WORKERS = """
-import hashlib, json, sys
-import numpy as np
-from trainables.config import TrialConfig
-from trainables.loop import Devices, load_backend
-rank, nodes, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-cfg = TrialConfig(framework="keras", keras_backend=sys.argv[4], model="cifar10_conv", num_gpus=nodes, nodes=nodes,
-                  batch_per_gpu=8 // nodes, epochs=1, lr=0.1, weight_decay=0.01, seed=3)
-backend = load_backend(cfg, Devices.of([str(rank)], emulated=True), 32)
-rng = np.random.default_rng(7)
-x, y = rng.random((8, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, 8)
-part = slice(rank * 8 // nodes, (rank + 1) * 8 // nodes)
-before = backend.model.get_weights()
-steps = [backend.train_step(backend.put(x[part], y[part]), lr) for lr in json.loads(sys.argv[5])]
-if rank == 0:
-    np.savez(out, *before, *backend.model.get_weights())
-weights = hashlib.sha1(b"".join(w.tobytes() for w in backend.model.get_weights())).hexdigest()
-print(json.dumps({"steps": steps, "weights": weights, "right": int((backend.logits(x[:5]).argmax(1) == y[:5]).sum()),
-                  "scored": backend.eval_step(backend.put(x[:5], y[:5])) if rank == 0 else None}))
-"""
-
-
 def _workers(backend: str, nodes: int, out: str, lrs: list[float]) -> list[dict]:
-    """WORKERS as `nodes` processes on this machine, each told its cluster as sweep/workers.py tells it."""
+    """keras on `backend` as `nodes` workers on this machine, one per node, each told its cluster as sweep/workers.py
+    tells it."""
     from test_pytorch import free_port
 
     from sweep.workers import tf_config
@@ -319,12 +306,7 @@ def _workers(backend: str, nodes: int, out: str, lrs: list[float]) -> list[dict]
         return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": addresses[0], "KERAS_DISTRIBUTION_NUM_PROCESSES": str(nodes),
                 "KERAS_DISTRIBUTION_PROCESS_ID": str(rank)}
 
-    workers = [subprocess.Popen([_needs(backend), "-c", WORKERS, str(rank), str(nodes), out, backend, json.dumps(lrs)],
-                                cwd=ROOT, env={**_child_env(), **cluster(rank)}, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in range(nodes)]
-    outs = [p.communicate(timeout=300) for p in workers]
-    assert all(p.returncode == 0 for p in workers), [err[-2000:] for _, err in outs]
-    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+    return _processes(backend, nodes, out, lrs, [cluster(rank) for rank in range(nodes)])
 
 
 @pytest.mark.slow  # Keras imported in three processes: ~25 s
