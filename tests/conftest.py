@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
+import json
 import os
 import shutil
 import signal
@@ -13,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import pytest
@@ -39,6 +42,75 @@ if "SWEEP_KEPT_CHECKS" not in os.environ:
     atexit.register(shutil.rmtree, KEPT_CHECKS, ignore_errors=True)
 
 
+# The suite runs its files on several processes at once (pytest-xdist, README: `-n`). Each such worker's Rays keep
+# their sessions and their note of the last started head (ray_current_cluster, read by `--address auto`) in a folder
+# of their own, as Ray's RAY_TMPDIR lets them; a test that sets it for itself (test_lost_cluster.py) still may.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if WORKER and "RAY_TMPDIR" not in os.environ:
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"ray-{WORKER}-")  # short: Ray's sockets live under it
+    atexit.register(shutil.rmtree, os.environ["RAY_TMPDIR"], ignore_errors=True)
+# Every process a test starts, and all they start in turn (a cluster's raylets, its workers, their servers), inherit
+# this tag: a test that looks for its own trials' processes on the machine tells them from another worker's by it,
+# even once one outlived its parent (a leaked server is then init's child, no longer a descendant of the test).
+TEST_PROCESS_TAG = f"SWEEP_TEST_PROCESS={os.getpid()}"
+os.environ["SWEEP_TEST_PROCESS"] = str(os.getpid())
+
+
+def started_here(pid: int) -> bool:
+    """Whether process pid was started by this test process or what it started (its environment holds the tag)."""
+    try:
+        return TEST_PROCESS_TAG.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def run_folder(config: pytest.Config) -> Path:
+    """A folder of this test run's, the same for all its pytest-xdist workers (without -n, this process's own)."""
+    base = config._tmp_path_factory.getbasetemp()  # pytest's own TempPathFactory, as the tmp_path fixtures use it
+    return base.parent if WORKER else base
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test marked `alone` runs while no test of another worker runs (pytest-xdist): one whose premise is a port that
+    every Ray tries first (8265) staying taken, say. The others share the machine. A readers-writer lock over two
+    flock'ed files, held from the test's fixtures' setup to their teardown; the first file a turnstile: an `alone`
+    test waiting there holds back the others' next tests, so that it is not starved."""
+    if not WORKER:
+        return (yield)
+    folder, alone = run_folder(item.config), item.get_closest_marker("alone") is not None
+    with open(folder / "turnstile.lock", "a") as turnstile, open(folder / "machine.lock", "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        return (yield)  # the files' locks end as they are closed
+
+
+def made_once(config: pytest.Config, name: str, make: Callable[[Path], None]) -> Path:
+    """The test run's folder `name`, made by `make` once for all its workers: by the first that asks, while the others
+    wait for it. One whose making failed is made again by the next that asks."""
+    folder = run_folder(config) / name
+    with open(folder.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not folder.with_suffix(".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            folder.with_suffix(".made").touch()
+    return folder
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The folders made_once made (a venv of ~300 MB among them) go with the test run where no test failed, as
+    tmp_path_retention_policy has the tests' own go: by the run's one process, or by the workers' controller."""
+    if not WORKER and session.testsfailed == 0:
+        for made in run_folder(session.config).glob("*.made"):
+            shutil.rmtree(made.with_suffix(""), ignore_errors=True)
+
+
 def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python -m sweep ARGS` in a fresh process, as a user runs it."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -48,13 +120,13 @@ def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
 
 
 def trial_workers(session: int | None = None) -> set[int]:
-    """pids of the live TrialWorker processes (the Ray actors that run trials), only those in `session` if given:
-    an embedded Ray keeps its processes in the session of the driver that started it."""
+    """pids of the live TrialWorker processes (the Ray actors that run trials) this test process started, only those
+    in `session` if given: an embedded Ray keeps its processes in the session of the driver that started it."""
     found = set()
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and b"ray::TrialWorker" in (entry / "cmdline").read_bytes() \
-                    and (session is None or os.getsid(int(entry.name)) == session):
+                    and started_here(int(entry.name)) and (session is None or os.getsid(int(entry.name)) == session):
                 found.add(int(entry.name))
         except OSError:
             continue
@@ -112,16 +184,17 @@ def results(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def mxnet_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def mxnet_venv(pytestconfig: pytest.Config) -> Path:
     """A second interpreter holding MXNet and what a trial's worker needs (the driver's Ray), and nothing else:
-    no TensorFlow, no pandas. Built once per test session (pip, from its cache after the project's install)."""
+    no TensorFlow, no pandas. Built once per test run (pip, from its cache after the project's install)."""
     import ray
 
-    venv = tmp_path_factory.mktemp("mxnet-venv")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "mxnet==1.9.1", "numpy<2",
-                    f"ray=={ray.__version__}"], check=True, timeout=900, capture_output=True)
-    return venv / "bin" / "python"
+    def make(venv: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "mxnet==1.9.1", "numpy<2",
+                        f"ray=={ray.__version__}"], check=True, timeout=900, capture_output=True)
+
+    return made_once(pytestconfig, "mxnet-venv", make) / "bin" / "python"
 
 
 def two_node_cluster(node: dict[str, int]):
@@ -191,19 +264,27 @@ class EngineRuns:
 
 
 @pytest.fixture(scope="session")
-def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> EngineRuns:
-    """Made once per test session (about a minute): every test that needs an engine-made run shares these."""
+def engine_runs(pytestconfig: pytest.Config) -> EngineRuns:
+    """Made once per test run (about a minute), for all its workers: every test that needs an engine-made run shares
+    these."""
     from sweep import store
 
-    results = tmp_path_factory.mktemp("engine-runs") / "results"
-    # The timeouts only stop a run that hangs: each takes ~20 s on an idle machine, minutes on a loaded one.
-    first = run_cli(TINY, *SETS, "--emulate-gpus", "1", "--skip-infeasible", "--results", str(results), timeout=HANG_S)
-    # A user who hides the GPUs (CUDA_VISIBLE_DEVICES="") gets emulated ones; Ray refuses fake GPUs
-    # while that variable names none, so the engine clears it for its embedded Ray.
-    second = run_cli(TINY, *SETS, "--results", str(results), timeout=HANG_S, env={"CUDA_VISIBLE_DEVICES": ""})
-    ids = [p.name for p in store.run_dirs(results, "tiny_mxnet")]
-    assert first.returncode == 1 and second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
-    return EngineRuns(results, first, second, ids)
+    def make(folder: Path) -> None:
+        results = folder / "results"
+        # The timeouts only stop a run that hangs: each takes ~20 s on an idle machine, minutes on a loaded one.
+        first = run_cli(TINY, *SETS, "--emulate-gpus", "1", "--skip-infeasible", "--results", str(results),
+                        timeout=HANG_S)
+        # A user who hides the GPUs (CUDA_VISIBLE_DEVICES="") gets emulated ones; Ray refuses fake GPUs
+        # while that variable names none, so the engine clears it for its embedded Ray.
+        second = run_cli(TINY, *SETS, "--results", str(results), timeout=HANG_S, env={"CUDA_VISIBLE_DEVICES": ""})
+        assert first.returncode == 1 and second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
+        (folder / "outputs.json").write_text(json.dumps([[p.args, p.returncode, p.stdout, p.stderr]
+                                                         for p in (first, second)]))
+
+    folder = made_once(pytestconfig, "engine-runs", make)
+    first, second = (subprocess.CompletedProcess(*fields) for fields in json.loads((folder / "outputs.json").read_text()))
+    ids = [p.name for p in store.run_dirs(folder / "results", "tiny_mxnet")]
+    return EngineRuns(folder / "results", first, second, ids)
 
 
 def copy_run(runs: EngineRuns, i: int, to: Path) -> Path:
