@@ -217,11 +217,13 @@ print(json.dumps({"steps": steps, "weights": weights, "right": int((backend.logi
 """
 
 
-def _processes(backend: str, nodes: int, out: str, lrs: list[float], envs: list[dict[str, str]]) -> list[dict]:
-    """PROCESSES as one trial's processes on this machine, one per entry of envs (what each is told of the others),
-    on `nodes` nodes; each process drives one emulated GPU. Their JSON lines."""
+def _processes(backend: str, nodes: int, out: str, lrs: list[float], envs: list[dict[str, str]],
+               script: str = PROCESSES) -> list[dict]:
+    """PROCESSES (or another script of its arguments: SHARDED) as one trial's processes on this machine, one per entry
+    of envs (what each is told of the others), on `nodes` nodes; in PROCESSES each drives one emulated GPU. Their JSON
+    lines."""
     count = len(envs)
-    procs = [subprocess.Popen([_needs(backend), "-c", PROCESSES, backend, str(rank), str(count), str(nodes), out,
+    procs = [subprocess.Popen([_needs(backend), "-c", script, backend, str(rank), str(count), str(nodes), out,
                                json.dumps(lrs)], cwd=ROOT, text=True, env={**_child_env(), **env},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank, env in enumerate(envs)]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -289,7 +291,7 @@ def test_every_torch_rank_sees_a_non_finite_loss_in_the_same_step(tmp_path) -> N
 # keras_backend jax or tensorflow on 2 nodes x 1 GPU: a worker per node (as sweep/workers.py starts them: TF_CONFIG, or
 # JAX's multi-process start), each training its half of the same 8 fixed images; the first worker also scores 5 images
 # alone (no collective), as the loop's first worker validates.
-def _workers(backend: str, nodes: int, out: str, lrs: list[float]) -> list[dict]:
+def _workers(backend: str, nodes: int, out: str, lrs: list[float], script: str = PROCESSES) -> list[dict]:
     """keras on `backend` as `nodes` workers on this machine, one per node, each told its cluster as sweep/workers.py
     tells it."""
     from test_pytorch import free_port
@@ -306,7 +308,7 @@ def _workers(backend: str, nodes: int, out: str, lrs: list[float]) -> list[dict]
         return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": addresses[0], "KERAS_DISTRIBUTION_NUM_PROCESSES": str(nodes),
                 "KERAS_DISTRIBUTION_PROCESS_ID": str(rank)}
 
-    return _processes(backend, nodes, out, lrs, [cluster(rank) for rank in range(nodes)])
+    return _processes(backend, nodes, out, lrs, [cluster(rank) for rank in range(nodes)], script)
 
 
 @pytest.mark.slow  # Keras imported in three processes: ~25 s
@@ -320,6 +322,69 @@ def test_two_workers_take_the_step_of_one_on_the_same_global_batch(backend: str,
 
     _check_two_take_the_step_of_one(_workers(backend, 1, str(tmp_path / "1.npz"), LRS),
                                     _workers(backend, 2, str(tmp_path / "2.npz"), LRS), tmp_path)
+
+
+# A jax trial on 2 emulated GPUs (one process driving both, or 2 nodes x 1 GPU: _workers' arguments, each of the `count`
+# processes driving 2 // count devices), its steps called as a Ray actor calls them (sweep/workers.py): on a thread
+# other than the one that built the Backend (Keras keeps its distribution per thread). What the compiled steps compute
+# on, as XLA lays it out (jax.debug.inspect_array_sharding on the network's outputs, as StepCounts is traced), and where
+# put() leaves the batch: each array's shards, as images per device.
+SHARDED = """
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+import jax
+import numpy as np
+from trainables.config import TrialConfig
+from trainables.loop import Devices, load_backend
+rank, count, nodes = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+cfg = TrialConfig(framework="keras", keras_backend="jax", model="cifar10_conv", num_gpus=2, nodes=nodes,
+                  batch_per_gpu=4, epochs=1, lr=0.1, seed=3)
+backend = load_backend(cfg, Devices.of([str(i) for i in range(2 // count)], emulated=True), 32)
+outputs, placed = [], []
+count_step = backend.counts.update_state
+
+def update_state(y_true, y_pred, sample_weight=None):  # in the step being traced: y_pred's layout as XLA compiles it
+    rows = y_pred.shape[0]
+    jax.debug.inspect_array_sharding(y_pred, callback=lambda s: outputs.append(
+        {"rows": rows, "devices": len(s.device_set), "rows_per_device": s.shard_shape(tuple(y_pred.shape))[0]}))
+    return count_step(y_true, y_pred, sample_weight)
+
+def steps():
+    rng = np.random.default_rng(7)
+    x, y = rng.random((8, 32, 32, 3), dtype=np.float32), rng.integers(0, 10, 8)
+    part = slice(rank * 8 // count, (rank + 1) * 8 // count)  # this process's images of the global batch
+    batch = backend.put(x[part], y[part])
+    placed.extend(sorted(s.data.shape[0] for s in t.addressable_shards) for t in batch)
+    backend.train_step(batch, 0.1)
+    if count == 1:  # the trial's scoring step too (across nodes the first worker scores alone, outside its steps)
+        backend.eval_step(backend.put(x[:5], y[:5]))  # 5 images, padded to 6
+
+backend.counts.update_state = update_state
+with ThreadPoolExecutor(1) as actor:  # its calls on a thread of their own
+    actor.submit(steps).result()
+print(json.dumps({"outputs": outputs, "placed": placed}))
+"""
+
+
+@pytest.mark.slow  # Keras on JAX imported in three processes: 99 s the two at a load average of 7-12 on 2 cores
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_jax_steps_called_from_another_thread_compute_on_the_batch_sharded_over_the_trials_devices(nodes: int,
+                                                                                                    tmp_path) -> None:
+    """keras_backend jax on 2 emulated GPUs, on one node and across two, its steps called from a thread of their own (a
+    Ray actor's): each step computes on the global batch split over the trial's 2 devices (the DataParallel's layout),
+    and put() lays each array of the batch out on the devices it computes on, a device's share of the images on each
+    (across nodes, each process its own images on its one device). Seen failing: a step outside the DataParallel's scope
+    (_run) across nodes takes a process's 4 images for the whole batch; on one node, before put() laid the batch out,
+    it computed on the whole batch on each device (rows_per_device 8); a batch put on the first device alone ([8])."""
+    found = _workers("jax", nodes, str(tmp_path / "unused.npz"), [0.1], script=SHARDED)
+    train = {"rows": 8, "devices": 2, "rows_per_device": 4}
+    if nodes == 1:
+        (one,) = found
+        assert one["outputs"] == [train, {"rows": 6, "devices": 2, "rows_per_device": 3}]  # the padded scoring batch
+        assert one["placed"] == [[4, 4]] * 3  # images, labels, weights: 4 on each device, not 8 on the first
+    else:
+        assert [p["outputs"] for p in found] == [[train], [train]]
+        assert [p["placed"] for p in found] == [[[4]] * 3] * 2
 
 
 TORCH_RANKS_SWEEP = """

@@ -5,9 +5,10 @@ KERAS_BACKEND (and on JAX the number of host devices) is set from the trial's co
 (trainables/keras/__init__.py: prepare, called by trainables/loop.py). Data parallel as Keras documents it
 for each backend:
 - JAX: keras.distribution.DataParallel over the trial's devices (emulated GPUs: XLA host devices); jit always on.
-  Across nodes a worker per node (sweep/workers.py), the processes of one JAX program (Keras's multi-host start:
-  _join_processes), the DataParallel over all their devices, each process feeding its slice of the global batch
-  (train_on_batch lays it out: jax.make_array_from_process_local_data).
+  put() lays the batch out as the step computes on it, each device its share of the images (_placed). Across nodes
+  a worker per node (sweep/workers.py), the processes of one JAX program (Keras's multi-host start: _join_processes),
+  the DataParallel over all their devices, each process feeding its slice of the global batch (train_on_batch lays
+  it out: jax.make_array_from_process_local_data).
 - TensorFlow: a MirroredStrategy over them (emulated: logical CPU devices), each replica given its slice of the
   batch, as model.fit's distributed dataset gives it (train_on_batch would give every replica the whole batch).
   Across nodes a worker per node under a MultiWorkerMirroredStrategy (TF_CONFIG, as TensorFlow's trials).
@@ -295,10 +296,10 @@ class Backend:
             x = np.concatenate([x, np.zeros((short, *x.shape[1:]), x.dtype)])
             y = np.concatenate([y, np.zeros(short, y.dtype)])
             weights = np.concatenate([weights, np.zeros(short, np.float32)])
-        batch = [ops.convert_to_tensor(x), ops.convert_to_tensor(y.astype(np.int32)), ops.convert_to_tensor(weights)]
+        batch = [self._placed(x), self._placed(y.astype(np.int32)), self._placed(weights)]
         if x.shape[1] != self.image_size:
-            batch[0] = ops.image.resize(batch[0], (self.image_size, self.image_size))
-        if self.strategy is None:  # JAX shards the batch in the step (its DataParallel's layout); torch: one device
+            batch[0] = self._placed(ops.image.resize(batch[0], (self.image_size, self.image_size)))
+        if self.strategy is None:  # JAX: laid out (_placed); torch: its one device
             return tuple(batch)
         import tensorflow as tf
 
@@ -311,6 +312,17 @@ class Backend:
                 return tuple(tf.identity(p[i]) for p in parts)
 
         return self.strategy.experimental_distribute_values_from_function(on_replica)
+
+    def _placed(self, array: Any) -> Any:
+        """A host array (or a tensor) on the devices. JAX under a DataParallel in one process: in the distribution's
+        data layout, each device its share of the images, copied there from the host (Keras's step lays its input out
+        so, and leaves an array already laid out as it is; one on the first device alone it would copy from there to
+        the others, every step). Across nodes this process holds only its slice of the global batch: Keras's step
+        makes the global array of the processes' slices (jax.make_array_from_process_local_data). Else the backend's
+        device."""
+        if self.distribution is None or self.workers > 1:
+            return ops.convert_to_tensor(array)
+        return keras.distribution.distribute_tensor(array, self.distribution.get_data_layout(array.shape))
 
     def synthetic(self) -> Any:
         if not hasattr(self, "_synthetic"):
