@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from cifar_files import write_cifar10
-from conftest import ROOT, SETS, SWEEPS, TINY, EngineRuns, copy_run
+from conftest import ROOT, SETS, SWEEPS, TINY, EngineRuns, copy_run, started_here
 from ray.tune.experiment import Trial
 
 from sweep import console, dashboard, spec
@@ -384,14 +384,14 @@ def this_hosts_address() -> str:
     return address
 
 
-def refused(host: str, port: int) -> bool:
-    import socket
+def listening_elsewhere(host: str, port: int) -> list[str]:
+    """The addresses other than host on which a process this test started listens on port (0.0.0.0 among them: all of
+    this machine's). Asked of the sockets, not by connecting to 127.0.0.1:port: another pytest-xdist worker's Ray may
+    listen there, on the dashboard port every Ray tries first (8265)."""
+    import psutil
 
-    try:
-        socket.create_connection((host, port), timeout=5).close()
-    except ConnectionRefusedError:
-        return True
-    return False
+    return [f"{c.laddr.ip}:{port}" for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN
+            and c.laddr.port == port and c.laddr.ip != host and c.pid is not None and started_here(c.pid)]
 
 
 @pytest.mark.slow
@@ -421,7 +421,7 @@ def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(
         dashboard = dashboard[1]
         port = int(dashboard.rsplit(":", 1)[1])
         assert dashboard == f"http://{host}:{port}", dashboard  # listening where it was asked to ...
-        assert refused("127.0.0.1", port)  # ... and only there
+        assert listening_elsewhere(host, port) == []  # ... and only there
         token = ray_token()
         assert token not in out.text  # where the token is, never the token
 
