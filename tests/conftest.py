@@ -70,25 +70,6 @@ def run_folder(config: pytest.Config) -> Path:
     return base.parent if WORKER else base
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """A test marked `alone` runs while no test of another worker runs (pytest-xdist): one whose premise is a port that
-    every Ray tries first (8265) staying taken, say. The others share the machine. A readers-writer lock over two
-    flock'ed files, held from the test's fixtures' setup to their teardown; the first file a turnstile: an `alone`
-    test waiting there holds back the others' next tests, so that it is not starved."""
-    if not WORKER:
-        return (yield)
-    folder, alone = run_folder(item.config), item.get_closest_marker("alone") is not None
-    with open(folder / "turnstile.lock", "a") as turnstile, open(folder / "machine.lock", "a") as machine:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-        return (yield)  # the files' locks end as they are closed
-
-
 def made_once(config: pytest.Config, name: str, make: Callable[[Path], None]) -> Path:
     """The test run's folder `name`, made by `make` once for all its workers: by the first that asks, while the others
     wait for it. One whose making failed is made again by the next that asks."""

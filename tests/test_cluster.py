@@ -216,14 +216,18 @@ def test_embedded_ray_that_cannot_start_its_dashboard_says_so_in_one_line(tmp_pa
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.alone  # its premise, 8265 taken until its head has started, is not to end as another worker's Ray stops
 @pytest.mark.slow
-def test_joined_cluster_started_with_8265_taken_runs_and_says_it_has_no_dashboard(port_8265_taken: bool,
-                                                                                  tmp_path: Path) -> None:
+def test_joined_cluster_started_with_its_dashboard_port_taken_runs_and_says_it_has_no_dashboard(tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster
 
-    # Started as `ray start --head` starts a head: its dashboard on 8265 with no retry, so here none at all.
-    head = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1})
+    # Started as `ray start --head` starts a head (--dashboard-port, 8265 by default): its dashboard on that port with
+    # no retry, so here, where the test holds the port, none at all. A port of the test's own, not 8265: another test
+    # process's Ray may hold 8265 and let it go at any moment.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        head = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1,
+                                                            "dashboard_port": held.getsockname()[1]})
     try:
         assert head.webui_url is None  # the premise: the head started no dashboard
         out = run_cli(tiny_sweep(tmp_path, "num_gpus: 1"), "--address", head.address, "--results",
