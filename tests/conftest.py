@@ -100,18 +100,26 @@ def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None)
                           timeout=timeout, env=full_env)
 
 
-def trial_workers(session: int | None = None) -> set[int]:
-    """pids of the live TrialWorker processes (the Ray actors that run trials) this test process started, only those
-    in `session` if given: an embedded Ray keeps its processes in the session of the driver that started it."""
-    found = set()
+def own_processes(*names: str, session: int | None = None) -> dict[int, str]:
+    """pid -> command line of the live processes this test process started (or what it started did) whose command line
+    holds one of `names`; only those in `session` if given (an embedded Ray keeps its processes in the session of the
+    driver that started it). Another pytest-xdist worker's are never among them."""
+    found = {}
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not started_here(int(entry.name)):
+            continue
         try:
-            if entry.name.isdigit() and b"ray::TrialWorker" in (entry / "cmdline").read_bytes() \
-                    and started_here(int(entry.name)) and (session is None or os.getsid(int(entry.name)) == session):
-                found.add(int(entry.name))
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if any(name in cmdline for name in names) and (session is None or os.getsid(int(entry.name)) == session):
+                found[int(entry.name)] = cmdline
         except OSError:
             continue
     return found
+
+
+def trial_workers(session: int | None = None) -> set[int]:
+    """pids of the live TrialWorker processes (the Ray actors that run trials) this test process started."""
+    return set(own_processes("ray::TrialWorker", session=session))
 
 
 def run_cli_trials_at_once(*args: str, embedded: bool, others: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:

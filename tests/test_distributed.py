@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 from cifar_files import write_cifar10
-from conftest import ROOT, SWEEPS, run_cli, started_here, two_node_cluster
+from conftest import ROOT, SWEEPS, own_processes, run_cli, two_node_cluster
 
 from sweep import store
 from trainables.measure import total_over_workers
@@ -33,19 +33,8 @@ def cifar(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def trial_processes() -> dict[int, str]:
-    """pid -> command line of every process on this machine that a distributed trial of this test process started
-    (another pytest-xdist worker's trials are not this test's)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or not started_here(int(entry.name)):
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if any(name in cmdline for name in TRIAL_PROCESSES):
-            found[int(entry.name)] = cmdline
-    return found
+    """pid -> command line of every process on this machine that a distributed trial of this test process started."""
+    return own_processes(*TRIAL_PROCESSES)
 
 
 def wait_for_no_trial_processes(timeout_s: float = 30) -> dict[int, str]:
