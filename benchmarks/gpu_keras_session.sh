@@ -20,15 +20,8 @@ out=${OUT:-/tmp/gpu_keras_session}; mkdir -p "$out"
 py=${PYTHON:-python3}; tpy=${TORCH_PYTHON:-$py}; driver=${DRIVER:-$py}
 rehearse=false; [[ ${1:-} == --rehearse ]] && rehearse=true
 
-step() {  # step NAME SECONDS COMMAND...: run it under its limit, its output to the console and to $out/NAME.txt
-  local name=$1 limit=$2 start=$SECONDS; shift 2
-  echo "== $name (limit ${limit} s): $*"
-  PYTHONUNBUFFERED=1 timeout -k 10 "$limit" "$@" 2>&1 | tee "$out/$name.txt"
-  echo "== $name: rc ${PIPESTATUS[0]} in $((SECONDS - start)) s" | tee -a "$out/$name.txt"
-}
-
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1; nproc; git log -1 --format='%H %s' 2>/dev/null; } \
-  > "$out/00_machine.txt"
+source benchmarks/_session.sh
+machine_note
 
 if $rehearse; then
   platform=cpu; model=(--model resnet8_cifar --image-size 32 --batch-per-gpu 16); steps=(--warmup-steps 3 --steps 10)

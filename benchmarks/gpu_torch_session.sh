@@ -13,19 +13,13 @@ out=${OUT:-/tmp/gpu_torch_session}; mkdir -p "$out"
 py=${PYTHON:-python3}
 rehearse=false; [[ ${1:-} == --rehearse ]] && rehearse=true
 
-step() {  # step NAME SECONDS COMMAND...: run it under its limit, its output to the console and to $out/NAME.txt
-  local name=$1 limit=$2 start=$SECONDS; shift 2
-  echo "== $name (limit ${limit} s): $*"
-  PYTHONUNBUFFERED=1 timeout -k 10 "$limit" "$@" 2>&1 | tee "$out/$name.txt"
-  echo "== $name: rc ${PIPESTATUS[0]} in $((SECONDS - start)) s" | tee -a "$out/$name.txt"
-}
+source benchmarks/_session.sh
 
 # gpu_bundle_torch.sh unpacks Ray's wheel with `python -m zipfile`, which drops the exec bits of Ray's two
 # programs: without them Ray cannot start ("Permission denied: .../gcs_server", 2026-11-26).
 site=$("$py" -c 'import ray, os; print(os.path.dirname(ray.__file__))' 2>/dev/null) \
   && chmod +x "$site/core/src/ray/gcs/gcs_server" "$site/core/src/ray/raylet/raylet" 2>/dev/null
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1; nproc; git log -1 --format='%H %s' 2>/dev/null; } \
-  > "$out/00_machine.txt"
+machine_note
 
 if $rehearse; then
   ab=(--device cpu --model resnet8_cifar --image-size 32 --batch-per-gpu 16 --blocks 4 --steps 6)
