@@ -237,6 +237,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from trainables.data import DataError
 
+    # gRPC (in Ray's core worker and in grpcio) logs some events at INFO whatever its tracers say: a GOAWAY from a GCS
+    # going away printed "I1127 ... chttp2_transport.cc:1403] ... Got goaway" on stderr beside the driver's one line
+    # for a lost cluster. ERROR is its default level in name; set, it holds for those too. A value the user set stays.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parse(argv)

@@ -240,6 +240,15 @@ def test_an_address_that_is_not_a_ray_gcs_is_one_line_within_seconds(kind: str, 
     assert not results.exists()
 
 
+def test_grpcs_own_info_lines_stay_off_the_drivers_stderr(http_port, tmp_path: Path) -> None:
+    # gRPC writes some events at INFO whatever its tracers say: a GOAWAY from a GCS going away once put its line beside
+    # the driver's one line for a lost cluster (test_lost_cluster.py, in CI). GRPC_TRACE has it write one at once, its
+    # list of tracers, as the driver's probe of the address (an HTTP server here) starts gRPC.
+    out, _ = cli(str(SWEEPS / "tiny_mxnet.yaml"), "--address", f"127.0.0.1:{http_port}", "--results",
+                 str(tmp_path / "results"), env={"GRPC_TRACE": "http"})
+    assert_one_line_exit_2(out, "an HTTP server answers there, not a Ray GCS")
+
+
 # --- the store keeps a row whatever a value is -------------------------------------------------------
 
 def test_a_summary_with_a_value_the_store_cannot_hold_is_still_written(engine_runs: EngineRuns, tmp_path: Path) -> None:
