@@ -293,6 +293,8 @@ def test_a_passing_check_is_kept_for_the_rest_of_a_test_run_and_only_there(monke
     file.write_text(json.dumps({**said, "build": {**said["build"], "version": "as kept"}}))
     again = probe.check("mxnet", "node-b", emulated=True)
     assert again.ok and again.version == "as kept" and again.node_id == "node-b"
+    # An emulated check's GPU number names no device: the check Ray runs on fake GPU 3 is the same check.
+    assert probe.check("mxnet", "node-b", emulated=True, gpu_id="3").version == "as kept"
     not_a_library = tmp_path / "libmxnet.so"
     not_a_library.write_text("not a shared library\n")
     monkeypatch.setenv("MXNET_LIBRARY_PATH", str(not_a_library))

@@ -208,7 +208,7 @@ def check(name: str, node_id: str, emulated: bool | None, gpu_id: str | None = N
             "device": "cpu-emulated" if emulated else "gpu"}
     command = [sys.executable, "-m", "trainables.probe", name, ids[0] if ids else "0", "1" if emulated else "0",
                json.dumps(models)]
-    kept = None if models or code else _kept_check(framework, command, env)
+    kept = None if models or code else _kept_check(framework, command, env, emulated)
     if kept is not None and kept.exists():
         said, died = json.loads(kept.read_text()), None
     else:
@@ -258,17 +258,24 @@ def _probe(command: list[str], env: dict[str, str]) -> tuple[dict[str, object], 
 # (2.4 s each). A run outside the tests checks every time.
 KEPT_CHECKS = "SWEEP_KEPT_CHECKS"
 MODULES = {"pytorch": "torch"}  # each framework's top-level module, where its name is not the framework's
-_VARYING = ("RAY_", "PYTEST_")  # environment variables that differ between two runs of the same check
+# Environment variables that differ between two runs of the same check: Ray's, pytest's, and the tag the test suite
+# gives the processes each of its workers starts (tests/conftest.py).
+_VARYING = ("RAY_", "PYTEST_", "SWEEP_TEST_PROCESS")
 
 
-def _kept_check(framework: str, command: list[str], env: dict[str, str]) -> Path | None:
+def _kept_check(framework: str, command: list[str], env: dict[str, str], emulated: bool) -> Path | None:
     """Where a passing check's result is kept under KEPT_CHECKS, None where that is not set. Its name holds all
     that could change the result: this host, the interpreter and the child's arguments (the command), the
     framework's installed files (where its package is, and when that was written: a reinstall is another build),
-    and the child's environment (a test breaks a framework through it). Found without importing the framework."""
+    and the child's environment (a test breaks a framework through it). Found without importing the framework.
+    An emulated check's GPU number names no device (its step runs on the CPU): left out, the checks that Ray ran on
+    fake GPU 0 and on fake GPU 3 are one."""
     folder = os.environ.get(KEPT_CHECKS)
     if not folder:
         return None
+    if emulated:
+        command = [*command[:4], "emulated", *command[5:]]
+        env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
     try:
         spec = importlib.util.find_spec(MODULES.get(framework, framework))
     except (ImportError, ValueError):
