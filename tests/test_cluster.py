@@ -22,7 +22,7 @@ NODE = {"num_cpus": 2, "num_gpus": 4}
 def cluster():
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args=NODE)
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})  # none read here
     worker = cluster.add_node(**NODE)
     cluster.wait_for_nodes()
     try:
@@ -112,7 +112,7 @@ def test_lost_node_trials_rerun_elsewhere_from_checkpoints(tmp_path: Path) -> No
     from conftest import ROOT
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args=NODE)
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})  # none read here
     worker = cluster.add_node(**NODE)
     cluster.wait_for_nodes()
     results = tmp_path / "results"

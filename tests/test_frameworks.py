@@ -378,7 +378,7 @@ def broken_node(tmp_path_factory: pytest.TempPathFactory):
     not_a_library = tmp_path_factory.mktemp("broken") / "libmxnet.so"
     not_a_library.write_text("not a shared library\n")
     node = {"num_cpus": 2, "num_gpus": 2}
-    cluster = Cluster(initialize_head=True, head_node_args=node)
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})  # none read here
     broken = cluster.add_node(**node, env_vars={"MXNET_LIBRARY_PATH": str(not_a_library)})
     cluster.wait_for_nodes()
     try:
