@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     for devices, r in results.items():
         for peer in plains:
             ratio = median(r["engine"]) / median(r[peer])
-            worst = ratio if peer in PEERS and ratio < worst else worst  # the goal is against the plain programs alone
+            if peer in PEERS:  # the goal is against the plain programs alone
+                worst = min(worst, ratio)
             rows.append([peer, str(devices), f"{median(r[peer]):.1f}", spread(r[peer]), f"{median(r['engine']):.1f}",
                          spread(r["engine"]), f"{ratio:.3f}", f"{params[(devices, peer)]} / {params[(devices, 'engine')]}"])
     print()

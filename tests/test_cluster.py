@@ -16,13 +16,14 @@ from conftest import SWEEPS, run_cli, run_cli_trials_at_once
 from sweep import store
 
 NODE = {"num_cpus": 2, "num_gpus": 4}
+HEAD = {**NODE, "include_dashboard": False}  # no test here reads the clusters' own dashboards
 
 
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})  # none read here
+    cluster = Cluster(initialize_head=True, head_node_args=HEAD)
     worker = cluster.add_node(**NODE)
     cluster.wait_for_nodes()
     try:
@@ -112,7 +113,7 @@ def test_lost_node_trials_rerun_elsewhere_from_checkpoints(tmp_path: Path) -> No
     from conftest import ROOT
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})  # none read here
+    cluster = Cluster(initialize_head=True, head_node_args=HEAD)
     worker = cluster.add_node(**NODE)
     cluster.wait_for_nodes()
     results = tmp_path / "results"
