@@ -261,6 +261,13 @@ MODULES = {"pytorch": "torch"}  # each framework's top-level module, where its n
 # Environment variables that differ between two runs of the same check: Ray's, pytest's, and the tag the test suite
 # gives the processes each of its workers starts (tests/conftest.py).
 _VARYING = ("RAY_", "PYTEST_", "SWEEP_TEST_PROCESS")
+# Where a shell stands and where torch keeps its compile cache: no check reads them, yet they differ between the
+# processes that start the same check (a test's folder, `_` as the shell's last command). Left in, a suite's run
+# checked one framework build again and again (issue 46).
+_NOT_READ = {"_", "PWD", "OLDPWD", "SHLVL", "TORCHINDUCTOR_CACHE_DIR"}
+# Search paths, each folder once in its first place: Ray's workers and the check's own child add the project's folder
+# again at each level, the same path read the same way.
+_PATHS = {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"}
 
 
 def _kept_check(framework: str, command: list[str], env: dict[str, str], emulated: bool) -> Path | None:
@@ -282,7 +289,8 @@ def _kept_check(framework: str, command: list[str], env: dict[str, str], emulate
         spec = None
     if spec is None or not spec.origin or not os.path.exists(spec.origin):
         return None
-    environ = sorted((k, v) for k, v in env.items() if not k.startswith(_VARYING))
+    environ = sorted((k, os.pathsep.join(dict.fromkeys(v.split(os.pathsep))) if k in _PATHS else v)
+                     for k, v in env.items() if not k.startswith(_VARYING) and k not in _NOT_READ)
     key = json.dumps([platform.node(), command, spec.origin, os.stat(spec.origin).st_mtime_ns, environ])
     return Path(folder) / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
 
