@@ -295,11 +295,13 @@ def test_a_passing_check_is_kept_for_the_rest_of_a_test_run_and_only_there(monke
     assert again.ok and again.version == "as kept" and again.node_id == "node-b"
     # An emulated check's GPU number names no device: the check Ray runs on fake GPU 3 is the same check.
     assert probe.check("mxnet", "node-b", emulated=True, gpu_id="3").version == "as kept"
-    # Started from another folder, by another shell command, with the project on PYTHONPATH once more (as a Ray
-    # worker's child has it): the same check.
+    # Started from another folder, by another shell command, in a Ray task's environment (its threads, its logging),
+    # with the project on PYTHONPATH once more (as a Ray worker's child has it): the same check.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PWD", str(tmp_path))
     monkeypatch.setenv("_", "/usr/bin/timeout")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHONWARNINGS", "ignore::DeprecationWarning")
     search = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), *search]))
     assert probe.check("mxnet", "node-b", emulated=True).version == "as kept"

@@ -261,10 +261,12 @@ MODULES = {"pytorch": "torch"}  # each framework's top-level module, where its n
 # Environment variables that differ between two runs of the same check: Ray's, pytest's, and the tag the test suite
 # gives the processes each of its workers starts (tests/conftest.py).
 _VARYING = ("RAY_", "PYTEST_", "SWEEP_TEST_PROCESS")
-# Where a shell stands and where torch keeps its compile cache: no check reads them, yet they differ between the
-# processes that start the same check (a test's folder, `_` as the shell's last command). Left in, a suite's run
-# checked one framework build again and again (issue 46).
-_NOT_READ = {"_", "PWD", "OLDPWD", "SHLVL", "TORCHINDUCTOR_CACHE_DIR"}
+# What no check's verdict reads, yet differs between the processes that start the same check: where a shell stands,
+# how much a process logs and how many threads it takes (a Ray task's environment against the driver's), caches and
+# the network. Left in, a suite's run checked one framework build again and again (issue 46).
+_NOT_READ = {"_", "PWD", "OLDPWD", "SHLVL",
+             "PYTHONWARNINGS", "PYTHONBREAKPOINT", "SPT_NOENV", "GRPC_VERBOSITY", "TF_CPP_MIN_LOG_LEVEL", "OMP_NUM_THREADS",
+             "TORCHINDUCTOR_CACHE_DIR", "no_proxy", "NO_PROXY", "SWEEP_CIFAR10_URL", "SWEEP_CIFAR10_CHECKSUM"}
 # Search paths, each folder once in its first place: Ray's workers and the check's own child add the project's folder
 # again at each level, the same path read the same way.
 _PATHS = {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH"}
