@@ -1,10 +1,12 @@
 """Ray: start an embedded local cluster or join an existing one; check trials against node capacity."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import re
+import signal
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -74,25 +76,17 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
     services_log = logging.getLogger("ray._private.services")
     level = services_log.level
     services_log.setLevel(logging.CRITICAL)
+    before = _rays_processes()
     try:
-        if nodes > 1:
-            from ray.cluster_utils import Cluster as LocalNodes
-
-            node = {"num_cpus": os.cpu_count(), "num_gpus": num_gpus, "object_store_memory": 512 * 2**20}
-            # dashboard_port None, as ray.init passes it: the dashboard binds 8265 or the next free port of
-            # Ray's 50 retries. Left out, RayParams' default (8265, no retry) fails where 8265 is taken.
-            local = LocalNodes(initialize_head=True, head_node_args={
-                **node, "include_dashboard": True, "dashboard_host": dashboard_host, "dashboard_port": None})
-            for _ in range(nodes - 1):
-                local.add_node(**node)
-            local.wait_for_nodes()
-            context = ray.init(address=local.address, runtime_env=runtime_env, log_to_driver=False,
-                               logging_level=logging.ERROR, **watch)
-            return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=_url(context), emulated_nodes=local)
-        # address="local" always starts a new cluster, never a stale one from /tmp/ray.
-        context = ray.init(address="local", num_gpus=num_gpus, include_dashboard=True,
-                           dashboard_host=dashboard_host, runtime_env=runtime_env, log_to_driver=False,
-                           logging_level=logging.ERROR, **watch)
+        try:
+            return _embedded(num_gpus, nodes, dashboard_host, runtime_env, watch)
+        except Exception as e:  # noqa: BLE001
+            if RAY_START_TIMED_OUT not in str(e):
+                raise
+            # Ray gives a started raylet 30 s to register with its GCS (ray/_private/node.py, no setting), which runs
+            # out where many busy processes share the cores. What that start began is stopped, and Ray started again.
+            _stop(_rays_processes() - before)
+            return _embedded(num_gpus, nodes, dashboard_host, runtime_env, watch)
     except Exception as e:  # noqa: BLE001 - whatever Ray raised (a dashboard with no port it can bind, ...)
         # What it started is stopped by Ray's own exit handlers (shutdown_at_exit) as the CLI exits. Its message
         # may be the last lines of the dashboard's log, headed by the log's path: their last error, else that head.
@@ -102,7 +96,61 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
         raise ClusterError(f"could not start the embedded Ray (dashboard on {dashboard_host}): {said[:300]}") from None
     finally:
         services_log.setLevel(level)
+
+
+RAY_START_TIMED_OUT = "timed out during startup"  # Ray's words where its raylet did not register in time
+
+
+def _embedded(num_gpus: int, nodes: int, dashboard_host: str, runtime_env: dict[str, Any], watch: dict[str, Any]) -> Cluster:
+    """A new local Ray with this driver connected: one node, or `nodes` (an emulated multi-node cluster)."""
+    import ray
+
+    if nodes > 1:
+        from ray.cluster_utils import Cluster as LocalNodes
+
+        node = {"num_cpus": os.cpu_count(), "num_gpus": num_gpus, "object_store_memory": 512 * 2**20}
+        # dashboard_port None, as ray.init passes it: the dashboard binds 8265 or the next free port of
+        # Ray's 50 retries. Left out, RayParams' default (8265, no retry) fails where 8265 is taken.
+        local = LocalNodes(initialize_head=True, head_node_args={
+            **node, "include_dashboard": True, "dashboard_host": dashboard_host, "dashboard_port": None})
+        for _ in range(nodes - 1):
+            local.add_node(**node)
+        local.wait_for_nodes()
+        context = ray.init(address=local.address, runtime_env=runtime_env, log_to_driver=False,
+                           logging_level=logging.ERROR, **watch)
+        return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=_url(context), emulated_nodes=local)
+    # address="local" always starts a new cluster, never a stale one from /tmp/ray.
+    context = ray.init(address="local", num_gpus=num_gpus, include_dashboard=True,
+                       dashboard_host=dashboard_host, runtime_env=runtime_env, log_to_driver=False,
+                       logging_level=logging.ERROR, **watch)
     return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=_url(context))
+
+
+def _rays_processes() -> set[int]:
+    """This process's children that are Ray's (its GCS, raylet, dashboard, monitors: programs in Ray's package), as
+    /proc tells; none where there is no /proc. A check's child, also this process's, is not among them."""
+    import ray
+
+    package, found = os.path.dirname(ray.__file__), set()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid() and \
+                    package in open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace"):
+                found.add(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _stop(pids: set[int]) -> None:
+    """Kills and reaps these children; the workers of a killed raylet die with it (Ray ties them to it)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
 
 
 def _url(context: Any) -> str | None:
