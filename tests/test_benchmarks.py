@@ -6,6 +6,7 @@ take seconds.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -63,7 +64,7 @@ SCRIPTS = ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makes
            "cifar10_conv_collapse.py", "gpu_torch_yardsticks.py", "torch_ddp_peer.py",
            "input_pipeline.py", "max_batch.py", "torch_step_ab.py", "cpu_share.py",
            "mxnet_record_loader.py", "imagenet_loader.py", "tf_imagenet_loader.py",
-           "jax_peer.py", "keras_peer.py", "keras_yardsticks.py"]
+           "jax_peer.py", "keras_peer.py", "keras_yardsticks.py", "suite_cpu.py"]
 
 
 @pytest.mark.slow  # every script's --help, their imports in one interpreter: ~8 s
@@ -348,3 +349,17 @@ def test_the_jax_and_keras_peers_train_and_print_their_figure(peer: str) -> None
     bad = subprocess.run([python, str(ROOT / "benchmarks" / peer), "--model", "vgg16"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "expected resnet<6n+2>_cifar or resnet50_v1" in bad.stderr
+
+
+@pytest.mark.slow  # a pytest run of one test that runs a framework check: ~10 s
+def test_suite_cpu_charges_a_tests_child_processes_to_that_test() -> None:
+    """The check the kept-check test runs is a child of a child of pytest (trainables.probe): its CPU, like the pytest
+    process's own, goes to that test; what pytest did before its first test goes to a line of its own."""
+    test = "tests/test_frameworks.py::test_a_passing_check_is_kept_for_the_rest_of_a_test_run_and_only_there"
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "suite_cpu.py"), "--top", "3", "--",
+                          "-q", "-p", "no:randomly", "-p", "no:cacheprovider", test],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "SWEEP_KEPT_CHECKS": ""})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    charged = {name: float(cpu) for cpu, name in re.findall(r"^ +([\d.]+) s  (.+)$", out.stdout, re.M)}
+    assert charged.get("framework checks", 0) > 1 and charged.get(test, 0) > 1, out.stdout
+    assert "(before the first test: imports, collection, session fixtures)" in charged, out.stdout
