@@ -31,11 +31,12 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 # -- the plugin, in each pytest process (`-p suite_cpu`) ---------------------------------------------------------------
-def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+def pytest_runtest_protocol(item: object, nextitem: object) -> None:
+    """In the process that runs the test (an xdist worker, not its controller, which reports the tests too)."""
     folder = os.environ.get(FOLDER)
     if folder:
         with open(Path(folder) / f"{os.getpid()}.jsonl", "a") as f:
-            f.write(json.dumps({"t": time.time(), "test": nodeid}) + "\n")
+            f.write(json.dumps({"t": time.time(), "test": item.nodeid}) + "\n")
 
 
 # -- the sampler and the tables, in this script's process ------------------------------------------------------------
@@ -44,7 +45,7 @@ KINDS = (("gcs_server", "ray gcs"), ("raylet", "ray raylet"), ("dashboard/dashbo
          ("dashboard/agent.py", "ray agents"), ("runtime_env/agent", "ray agents"), ("monitor.py", "ray monitors"),
          ("trainables.probe", "framework checks"), ("ray::TrialWorker", "trial workers"),
          ("ray::SweepTrial", "trials (Tune's actors)"), ("ray::", "ray workers"), ("default_worker.py", "ray workers"),
-         ("-m sweep", "sweep drivers"), ("pytest", "pytest"), ("xdist", "pytest"), ("execnet", "pytest"))
+         ("-m sweep", "sweep drivers"), ("-m pytest", "pytest"))  # an xdist worker: by its note (sample)
 
 
 def kind(argv: list[str]) -> str:
@@ -59,14 +60,17 @@ def kind(argv: list[str]) -> str:
 
 def sample(stop: threading.Event, folder: Path, charged: list[tuple[float, str, str, float]]) -> None:
     """Each second, (time, tag, kind, CPU-s since the last look) for every tagged process that used some. A pytest
-    process tags itself once it runs (its /proc environ is what it started with): it is its own by its note's name."""
+    process tags itself once it runs, and /proc shows the environment it started with (an xdist worker's holds its
+    controller's tag): it is its own by its note's name."""
     seen: dict[int, list] = {}  # pid -> [start time, tag, kind, CPU ticks so far]
     while not stop.is_set():
         now = time.time()
         for noted in folder.glob("*.jsonl"):
             known = seen.get(int(noted.stem))
-            if known is not None and known[1] is None:
-                known[1], known[3] = noted.stem, -1  # what it took so far: imports, collection (below)
+            if known is not None and known[1] != noted.stem:
+                # What it took so far (imports, collection) is charged before the first test: below where it was not
+                # charged yet, under its controller's tag (no test) where it was.
+                known[1], known[2], known[3] = noted.stem, "pytest", -1 if known[1] is None else known[3]
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
