@@ -9,7 +9,7 @@ import re
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from sweep.errors import ClusterError
 from sweep.limits import count
@@ -76,17 +76,8 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
     services_log = logging.getLogger("ray._private.services")
     level = services_log.level
     services_log.setLevel(logging.CRITICAL)
-    before = _rays_processes()
     try:
-        try:
-            return _embedded(num_gpus, nodes, dashboard_host, runtime_env, watch)
-        except Exception as e:  # noqa: BLE001
-            if RAY_START_TIMED_OUT not in str(e):
-                raise
-            # Ray gives a started raylet 30 s to register with its GCS (ray/_private/node.py, no setting), which runs
-            # out where many busy processes share the cores. What that start began is stopped, and Ray started again.
-            _stop(_rays_processes() - before)
-            return _embedded(num_gpus, nodes, dashboard_host, runtime_env, watch)
+        return once_more_if_timed_out(lambda: _embedded(num_gpus, nodes, dashboard_host, runtime_env, watch))
     except Exception as e:  # noqa: BLE001 - whatever Ray raised (a dashboard with no port it can bind, ...)
         # What it started is stopped by Ray's own exit handlers (shutdown_at_exit) as the CLI exits. Its message
         # may be the last lines of the dashboard's log, headed by the log's path: their last error, else that head.
@@ -99,6 +90,21 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
 
 
 RAY_START_TIMED_OUT = "timed out during startup"  # Ray's words where its raylet did not register in time
+T = TypeVar("T")
+
+
+def once_more_if_timed_out(start: Callable[[], T]) -> T:
+    """start() (a new Ray node on this machine, or several), and once more where Ray's start timed out: Ray gives a
+    started raylet 30 s to register with its GCS (ray/_private/node.py, no setting), which runs out where many busy
+    processes share the cores. What the timed-out start began is stopped first."""
+    before = _rays_processes()
+    try:
+        return start()
+    except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception there
+        if RAY_START_TIMED_OUT not in str(e):
+            raise
+        _stop(_rays_processes() - before)
+        return start()
 
 
 def _embedded(num_gpus: int, nodes: int, dashboard_host: str, runtime_env: dict[str, Any], watch: dict[str, Any]) -> Cluster:

@@ -17,6 +17,7 @@ import pytest
 from conftest import HANG_S, ROOT, SWEEPS, run_cli, run_cli_trials_at_once
 
 from sweep import store
+from sweep.cluster import once_more_if_timed_out
 
 NODE = {"num_cpus": 2, "num_gpus": 4}
 HEAD = {**NODE, "include_dashboard": False}  # no test here reads the clusters' own dashboards
@@ -26,8 +27,8 @@ HEAD = {**NODE, "include_dashboard": False}  # no test here reads the clusters' 
 def cluster():
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args=HEAD)
-    worker = cluster.add_node(**NODE)
+    cluster = once_more_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args=HEAD))
+    worker = once_more_if_timed_out(lambda: cluster.add_node(**NODE))
     cluster.wait_for_nodes()
     try:
         yield cluster, worker
