@@ -9,6 +9,7 @@ import re
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from sweep.errors import ClusterError
@@ -140,9 +141,9 @@ def _rays_processes() -> set[int]:
     package, found = os.path.dirname(ray.__file__), set()
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         try:
-            stat = open(f"/proc/{entry}/stat").read()
+            stat = Path(f"/proc/{entry}/stat").read_text()
             if int(stat[stat.rindex(")") + 2:].split()[1]) == os.getpid() and \
-                    package in open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace"):
+                    package in Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace"):
                 found.add(int(entry))
         except (OSError, ValueError):
             continue
