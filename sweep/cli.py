@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "fails as oom; batch_per_gpu: max finds the largest batch that fits it (docs/max-batch.md)")
     run.add_argument("--max-concurrent", type=int, metavar="N", help="at most N trials at once")
     run.add_argument("--dashboard-host", default="127.0.0.1", help="where the embedded Ray's dashboard listens")
+    run.add_argument("--dashboard", choices=["on", "off"], default=os.environ.get("SWEEP_DASHBOARD") or "on",
+                     help="the embedded Ray's dashboard (default: $SWEEP_DASHBOARD, else on); off spares the host its "
+                          "processes (their start and a share of a core while the sweep runs); a joined cluster keeps its own")
     run.add_argument("--skip-infeasible", action="store_true",
                      help="record trials that fit no node as infeasible and run the rest (default: stop, exit 2)")
     run.add_argument("--env", action="append", default=[], metavar="FRAMEWORK=PYTHON",
@@ -173,6 +176,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, opt, None)
         if value is not None and not least <= value <= most:
             raise UsageError(f"--{opt.replace('_', '-')}: expected an integer >= {least} and <= {most}, got {value}")
+    if getattr(args, "dashboard", "on") not in ("on", "off"):  # argparse checks a choice given, not its default
+        raise UsageError(f"$SWEEP_DASHBOARD: expected on or off, got {limits.quote(args.dashboard)}")
     if getattr(args, "resume", None) not in (None, "latest") and limits.name_problem(args.resume):
         raise UsageError(f"--resume: expected a run id (as status prints it), got {limits.quote(args.resume)}")
     return args

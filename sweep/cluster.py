@@ -47,9 +47,10 @@ class Cluster:
         return sum(n.gpus for n in self.nodes)
 
 
-def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1", job_name: str | None = None,
+def start(address: str | None, num_gpus: int, dashboard_host: str | None = "127.0.0.1", job_name: str | None = None,
           nodes: int = 1, emulated: bool = False, code: str | None = None) -> Cluster:
-    """Join `address` (or RAY_ADDRESS), else start a local Ray with `num_gpus` (fake where emulated).
+    """Join `address` (or RAY_ADDRESS), else start a local Ray with `num_gpus` (fake where emulated), with its
+    dashboard on `dashboard_host` (None: none, `--dashboard off`).
 
     nodes > 1 (embedded, emulated only): as many Ray nodes on this machine, each with `num_gpus`, so
     that trials spanning nodes run here as they would on a cluster. code: `--code DIR`, the job's
@@ -85,7 +86,8 @@ def start(address: str | None, num_gpus: int, dashboard_host: str = "127.0.0.1",
         lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
         errors = [line for line in lines if re.match(r"\w*(Error|Exception): ", line)]
         said = (errors[-1] if errors else lines[0]).removeprefix("Exception: ").rstrip(":")
-        raise ClusterError(f"could not start the embedded Ray (dashboard on {dashboard_host}): {said[:300]}") from None
+        where = f"dashboard on {dashboard_host}" if dashboard_host is not None else "no dashboard"
+        raise ClusterError(f"could not start the embedded Ray ({where}): {said[:300]}") from None
     finally:
         services_log.setLevel(level)
 
@@ -108,9 +110,18 @@ def once_more_if_timed_out(start: Callable[[], T]) -> T:
         return start()
 
 
-def _embedded(num_gpus: int, nodes: int, dashboard_host: str, runtime_env: dict[str, Any], watch: dict[str, Any]) -> Cluster:
+# Ray starts as many idle workers as the node has CPUs once the first driver connects, for tasks with the default
+# runtime environment. No trial, rank or check of a sweep is one (their runtime_env has the trials' variables): each
+# such worker imported Ray (~0.6 CPU-s) and idled until Ray stopped.
+NO_IDLE_WORKERS = {"prestart_worker_first_driver": False}
+
+
+def _embedded(num_gpus: int, nodes: int, dashboard_host: str | None, runtime_env: dict[str, Any], watch: dict[str, Any]) -> Cluster:
     """A new local Ray with this driver connected: one node, or `nodes` (an emulated multi-node cluster)."""
     import ray
+
+    # None: no dashboard. Ray still runs its API server's minimal part (one process) and each node's agents (metrics).
+    dashboard = {"include_dashboard": dashboard_host is not None, "dashboard_host": dashboard_host or "127.0.0.1"}
 
     if nodes > 1:
         from ray.cluster_utils import Cluster as LocalNodes
@@ -119,7 +130,7 @@ def _embedded(num_gpus: int, nodes: int, dashboard_host: str, runtime_env: dict[
         # dashboard_port None, as ray.init passes it: the dashboard binds 8265 or the next free port of
         # Ray's 50 retries. Left out, RayParams' default (8265, no retry) fails where 8265 is taken.
         local = LocalNodes(initialize_head=True, head_node_args={
-            **node, "include_dashboard": True, "dashboard_host": dashboard_host, "dashboard_port": None})
+            **node, **dashboard, "dashboard_port": None, "_system_config": NO_IDLE_WORKERS})
         for _ in range(nodes - 1):
             local.add_node(**node)
         local.wait_for_nodes()
@@ -127,9 +138,8 @@ def _embedded(num_gpus: int, nodes: int, dashboard_host: str, runtime_env: dict[
                            logging_level=logging.ERROR, **watch)
         return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=_url(context), emulated_nodes=local)
     # address="local" always starts a new cluster, never a stale one from /tmp/ray.
-    context = ray.init(address="local", num_gpus=num_gpus, include_dashboard=True,
-                       dashboard_host=dashboard_host, runtime_env=runtime_env, log_to_driver=False,
-                       logging_level=logging.ERROR, **watch)
+    context = ray.init(address="local", num_gpus=num_gpus, **dashboard, runtime_env=runtime_env, log_to_driver=False,
+                       logging_level=logging.ERROR, _system_config=NO_IDLE_WORKERS, **watch)
     return Cluster(embedded=True, nodes=alive_nodes(), dashboard_url=_url(context))
 
 

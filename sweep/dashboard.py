@@ -65,6 +65,8 @@ def banner(cluster: Any) -> list[str]:
         else:
             auth = "token auth is off on this cluster: anyone who reaches this port controls it"
         lines.append(f"Ray dashboard: {cluster.dashboard_url} ({auth})")
+    elif cluster.embedded:  # an embedded Ray starts its dashboard or fails to start: none was asked for
+        lines.append("Ray dashboard: off (--dashboard off, or $SWEEP_DASHBOARD)")
     else:
         lines.append("Ray dashboard: none on this cluster (its head started none: no ray[default] there, "
                      "or its dashboard port was taken)")

@@ -68,7 +68,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     here = checks.start_here(sorted({t.runs_as for t in launch.trials}), launch.environments,
                              bool(launch.emulated), checks.named_models(launch.trials, launch.data_dir),
                              launch.code) if launch.address is None else {}
-    cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host,
+    cluster = ray_cluster.start(launch.address, launch.gpus_per_node, args.dashboard_host if args.dashboard == "on" else None,
                                 job_name=launch.sweep.name, nodes=launch.nodes, emulated=bool(launch.emulated),
                                 code=launch.code)
     opened = threading.Event()  # set once the run's folder exists: then a loss has a run to resume

@@ -31,6 +31,9 @@ HANG_S = 1800
 # stood at 94.5% by that measure, and a two-node test's AlexNet checkpoint failed on it (stop 32). The
 # suite tests the engine, not its host's free space: every Ray it starts refuses only past 99.5%.
 os.environ.setdefault("RAY_local_fs_capacity_threshold", "0.995")
+# The embedded Rays of this test session's runs start no dashboard (`--dashboard off`): its processes took ~3 CPU-s a
+# start and ~8% of the suite's CPU, for tests that never read it (issue 46). The dashboard's own tests ask for it.
+os.environ.setdefault("SWEEP_DASHBOARD", "off")
 # The framework checks of every run this test session makes (and the Rays it starts) keep their passing results
 # here (trainables/probe.py: KEPT_CHECKS): a check of the same framework build, interpreter, host and environment
 # is not run again, 2.4 s each time it was (issue 46). Outside the tests every run checks every time, and so does

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import run_cli
 
 from sweep import spec
@@ -118,3 +120,18 @@ def test_the_smoke_scale_says_it_trains_a_stand_in_model(tmp_path: Path) -> None
     for args in (["resnet50_precision"], ["resnet50_lr_scaling", "--set", "model=resnet8_cifar"]):
         out = run_cli(*args, *where, timeout=120)
         assert out.returncode == 2 and "stand-in" not in out.stdout and "; scale smoke" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_dashboard_is_on_unless_its_option_or_the_environment_says_off(monkeypatch) -> None:
+    from sweep.cli import parse
+    from sweep.errors import UsageError
+
+    monkeypatch.delenv("SWEEP_DASHBOARD", raising=False)
+    assert parse(["resnet50_lr_scaling"]).dashboard == "on"
+    assert parse(["resnet50_lr_scaling", "--dashboard", "off"]).dashboard == "off"
+    monkeypatch.setenv("SWEEP_DASHBOARD", "off")  # the suite's own runs (tests/conftest.py)
+    assert parse(["resnet50_lr_scaling"]).dashboard == "off"
+    assert parse(["resnet50_lr_scaling", "--dashboard", "on"]).dashboard == "on"
+    monkeypatch.setenv("SWEEP_DASHBOARD", "maybe")
+    with pytest.raises(UsageError, match=r"^\$SWEEP_DASHBOARD: expected on or off, got 'maybe'$"):
+        parse(["resnet50_lr_scaling"])

@@ -197,7 +197,8 @@ def tiny_sweep(folder: Path, shape: str) -> str:
 def test_embedded_ray_moves_its_dashboard_past_a_taken_8265(port_8265_taken: bool, tmp_path: Path, shape: str) -> None:
     # Across nodes, the engine starts its nodes through ray.cluster_utils.Cluster, whose default dashboard port is
     # 8265 with no retry: that run once ended in Ray's traceback (exit 1) where 8265 was taken.
-    out = run_cli(tiny_sweep(tmp_path, shape), "--emulate-gpus", "1", "--results", str(tmp_path / "results"), timeout=400)
+    out = run_cli(tiny_sweep(tmp_path, shape), "--emulate-gpus", "1", "--dashboard", "on", "--results",
+                  str(tmp_path / "results"), timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "done: 1 completed, 0 failed" in out.stdout and "Traceback" not in out.stderr
     port = int(re.search(r"^Ray dashboard: http://127\.0\.0\.1:(\d+) ", out.stdout, re.M).group(1))
@@ -235,6 +236,45 @@ def test_an_embedded_ray_whose_raylet_did_not_register_in_time_is_started_again_
     assert out.stdout.split() == ["2", "1", "1"], out.stdout + out.stderr[-2000:]  # two starts, one node, one GCS
 
 
+# An embedded Ray as `run --dashboard off` starts it: which of its processes the cluster's raylet and this script run.
+STARTED_BARE = """
+import os
+from pathlib import Path
+from sweep import cluster
+
+started = cluster.start(None, 1, None, emulated=True)
+parents = {}
+for entry in Path("/proc").iterdir():
+    try:
+        parents[entry.name] = ((entry / "stat").read_text().rsplit(")", 1)[1].split()[1],
+                               (entry / "cmdline").read_bytes().replace(b"\\0", b" ").decode(errors="replace"))
+    except (OSError, ValueError):
+        pass
+def under(pid, ancestor):
+    while pid in parents and pid != "1":
+        pid = parents[pid][0]
+        if pid == ancestor:
+            return True
+    return False
+raylet = next(pid for pid, (_, argv) in parents.items() if "/raylet " in argv and under(pid, str(os.getpid())))
+workers = [argv for pid, (parent, argv) in parents.items() if parent == raylet and "Agent" not in argv]
+modules = [argv for pid, (_, argv) in parents.items() if "ray-dashboard-" in argv and under(pid, str(os.getpid()))]
+print(started.dashboard_url, len(workers), len(modules))
+cluster.stop(started)
+"""
+
+
+@pytest.mark.slow
+def test_an_embedded_ray_without_its_dashboard_runs_no_dashboard_modules_and_no_idle_workers() -> None:
+    """`--dashboard off` (the suite's runs): no dashboard's head and modules. And never workers Ray starts ahead for
+    tasks of the default runtime environment, which no trial, rank or check of the engine is (issue 46): as many as
+    the node has CPUs, each ~0.6 CPU-s to import Ray, idle until the end."""
+    out = subprocess.run([sys.executable, "-c", STARTED_BARE], cwd=ROOT, capture_output=True, text=True,
+                         timeout=HANG_S, env={**os.environ, "RAY_ADDRESS": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["None", "0", "0"], out.stdout + out.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_embedded_ray_that_cannot_start_its_dashboard_says_so_in_one_line(tmp_path: Path) -> None:
     host = "203.0.113.1"  # TEST-NET-3: no address of this machine, so no port of it can be bound
@@ -245,7 +285,7 @@ def test_embedded_ray_that_cannot_start_its_dashboard_says_so_in_one_line(tmp_pa
         except OSError:
             pass
     # Ray waits RAY_DASHBOARD_STARTUP_TIMEOUT_S (60 s) for a dashboard that never says where it listens.
-    out = run_cli(tiny_sweep(tmp_path, "num_gpus: 1"), "--emulate-gpus", "1", "--dashboard-host", host, "--results",
+    out = run_cli(tiny_sweep(tmp_path, "num_gpus: 1"), "--emulate-gpus", "1", "--dashboard-host", host, "--dashboard", "on", "--results",
                   str(tmp_path / "results"), timeout=400, env={"RAY_DASHBOARD_STARTUP_TIMEOUT_S": "10"})
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-3000:]
     assert out.stderr.startswith(f"error: could not start the embedded Ray (dashboard on {host}): "), out.stderr

@@ -406,7 +406,7 @@ def test_a_running_sweep_shows_in_the_dashboard_state_api_metrics_and_a_browser(
     labels = {t.trial_id: f"watch_mxnet-{t.trial_id} mxnet resnet8_cifar gpus=1 batch={t.batch_per_gpu} "
                           f"lr=0.05" for t in TRIALS}
     proc = subprocess.Popen([sys.executable, "-m", "sweep", SWEEP, "--results", str(tmp_path / "results"),
-                             "--data-dir", str(data), "--dashboard-host", host], cwd=ROOT, stdout=subprocess.PIPE,
+                             "--data-dir", str(data), "--dashboard-host", host, "--dashboard", "on"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT,
                             text=True, env=env, start_new_session=True)
     out = Output(proc)
