@@ -79,7 +79,7 @@ def start(address: str | None, num_gpus: int, dashboard_host: str | None = "127.
     level = services_log.level
     services_log.setLevel(logging.CRITICAL)
     try:
-        return once_more_if_timed_out(lambda: _embedded(num_gpus, nodes, dashboard_host, runtime_env, watch))
+        return retried_if_timed_out(lambda: _embedded(num_gpus, nodes, dashboard_host, runtime_env, watch))
     except Exception as e:  # noqa: BLE001 - whatever Ray raised (a dashboard with no port it can bind, ...)
         # What it started is stopped by Ray's own exit handlers (shutdown_at_exit) as the CLI exits. Its message
         # may be the last lines of the dashboard's log, headed by the log's path: their last error, else that head.
@@ -96,18 +96,20 @@ RAY_START_TIMED_OUT = "timed out during startup"  # Ray's words where its raylet
 T = TypeVar("T")
 
 
-def once_more_if_timed_out(start: Callable[[], T]) -> T:
-    """start() (a new Ray node on this machine, or several), and once more where Ray's start timed out: Ray gives a
-    started raylet 30 s to register with its GCS (ray/_private/node.py, no setting), which runs out where many busy
-    processes share the cores. What the timed-out start began is stopped first."""
-    before = _rays_processes()
-    try:
-        return start()
-    except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception there
-        if RAY_START_TIMED_OUT not in str(e):
-            raise
-        _stop(_rays_processes() - before)
-        return start()
+def retried_if_timed_out(start: Callable[[], T], starts: int = 3) -> T:
+    """start() (a new Ray node on this machine, or several), again where Ray's start timed out, at most `starts` times:
+    Ray gives a started raylet 30 s to register with its GCS (ray/_private/node.py, no setting), which runs out where
+    many busy processes share the cores (twice in a row once, at a load of 20 on two cores). What a timed-out start
+    began is stopped before the next."""
+    for _ in range(starts - 1):
+        before = _rays_processes()
+        try:
+            return start()
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception there
+            if RAY_START_TIMED_OUT not in str(e):
+                raise
+            _stop(_rays_processes() - before)
+    return start()  # the last: what it raises is the caller's
 
 
 # Ray starts as many idle workers as the node has CPUs once the first driver connects, for tasks with the default

@@ -193,13 +193,13 @@ def two_node_cluster(node: dict[str, int]):
     module-scoped fixture: yields it, then shuts it down."""
     from ray.cluster_utils import Cluster
 
-    from sweep.cluster import once_more_if_timed_out
+    from sweep.cluster import retried_if_timed_out
 
     # No dashboard: no test reads one here, and its processes took 2% of a core for as long as the cluster lived.
     # Started as the engine starts its own, once more where Ray's 30 s for a raylet ran out on a loaded machine.
     head = {**node, "include_dashboard": False}
-    cluster = once_more_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args=head))
-    once_more_if_timed_out(lambda: cluster.add_node(**node))
+    cluster = retried_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args=head))
+    retried_if_timed_out(lambda: cluster.add_node(**node))
     cluster.wait_for_nodes()
     try:
         yield cluster
@@ -219,9 +219,9 @@ def shared_ray() -> list[str]:
 
     # No dashboard: no test of it joins this cluster, and an idle one's processes take 2% of a core (4.9% against
     # 2.9% for the cluster without it, 60 s idle), for as long as the test run lasts, on each worker (issue 46).
-    from sweep.cluster import once_more_if_timed_out
+    from sweep.cluster import retried_if_timed_out
 
-    cluster = once_more_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args={
+    cluster = retried_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args={
         "num_cpus": os.cpu_count(), "num_gpus": 4, "include_dashboard": False}))
     cluster.wait_for_nodes()
     # Ray notes a started head in /tmp/ray/ray_current_cluster, and the next embedded run's start says on stderr that

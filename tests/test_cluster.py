@@ -17,7 +17,7 @@ import pytest
 from conftest import HANG_S, ROOT, SWEEPS, run_cli, run_cli_trials_at_once
 
 from sweep import store
-from sweep.cluster import once_more_if_timed_out
+from sweep.cluster import retried_if_timed_out
 
 NODE = {"num_cpus": 2, "num_gpus": 4}
 HEAD = {**NODE, "include_dashboard": False}  # no test here reads the clusters' own dashboards
@@ -27,8 +27,8 @@ HEAD = {**NODE, "include_dashboard": False}  # no test here reads the clusters' 
 def cluster():
     from ray.cluster_utils import Cluster
 
-    cluster = once_more_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args=HEAD))
-    worker = once_more_if_timed_out(lambda: cluster.add_node(**NODE))
+    cluster = retried_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args=HEAD))
+    worker = retried_if_timed_out(lambda: cluster.add_node(**NODE))
     cluster.wait_for_nodes()
     try:
         yield cluster, worker
@@ -205,7 +205,7 @@ def test_embedded_ray_moves_its_dashboard_past_a_taken_8265(port_8265_taken: boo
     assert 8265 < port <= 8265 + 50 or (port == 8265 and not port_8265_taken), out.stdout  # the one Ray bound
 
 
-# Ray's start as it times out on a loaded machine: its GCS and raylet started, then no registration within Ray's 30 s.
+# Ray's start as it times out on a loaded machine, twice: its GCS and raylet started, then no registration within Ray's 30 s.
 TIMES_OUT_ONCE = """
 import os, sys
 import ray._private.node as node
@@ -215,7 +215,7 @@ real, tries = node.Node.start_ray_processes, []
 def start_ray_processes(self):
     real(self)
     tries.append(1)
-    if len(tries) == 1:
+    if len(tries) <= 2:
         raise Exception("The current node timed out during startup. This could happen because some of the raylet "
                         "failed to startup or the GCS has become overloaded.")
 node.Node.start_ray_processes = start_ray_processes
@@ -227,13 +227,14 @@ cluster.stop(started)
 
 
 @pytest.mark.slow
-def test_an_embedded_ray_whose_raylet_did_not_register_in_time_is_started_again_in_its_place() -> None:
+def test_an_embedded_ray_whose_raylet_did_not_register_in_time_is_started_again_in_its_place_twice() -> None:
     """Ray waits a fixed 30 s for a new raylet to register with its GCS; three test workers on two cores ran past it
-    (issue 46). The engine stops what that start began and starts Ray once more: one cluster, one GCS."""
+    (issue 46), twice in a row once. The engine stops what each such start began and starts Ray again, up to three
+    starts: one cluster, one GCS."""
     out = subprocess.run([sys.executable, "-c", TIMES_OUT_ONCE], cwd=ROOT, capture_output=True, text=True,
                          timeout=HANG_S, env={**os.environ, "RAY_ADDRESS": ""})
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["2", "1", "1"], out.stdout + out.stderr[-2000:]  # two starts, one node, one GCS
+    assert out.stdout.split() == ["3", "1", "1"], out.stdout + out.stderr[-2000:]  # three starts, one node, one GCS
 
 
 # An embedded Ray as `run --dashboard off` starts it: which of its processes the cluster's raylet and this script run.
