@@ -31,6 +31,11 @@ HANG_S = 1800
 # stood at 94.5% by that measure, and a two-node test's AlexNet checkpoint failed on it (stop 32). The
 # suite tests the engine, not its host's free space: every Ray it starts refuses only past 99.5%.
 os.environ.setdefault("RAY_local_fs_capacity_threshold", "0.995")
+# A machine whose environment says PYTHONDONTWRITEBYTECODE=1 (this project's containers do) made each of the suite's
+# hundreds of processes (drivers, trials, ranks, checks) compile the engine's sources again: ~1.2 CPU-s a driver, and
+# each xdist worker rewrote every test module (issue 46). The suite's processes keep their bytecode (__pycache__/).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # The embedded Rays of this test session's runs start no dashboard (`--dashboard off`): its processes took ~3 CPU-s a
 # start and ~8% of the suite's CPU, for tests that never read it (issue 46). The dashboard's own tests ask for it.
 os.environ.setdefault("SWEEP_DASHBOARD", "off")
@@ -188,6 +193,13 @@ def mxnet_venv(pytestconfig: pytest.Config) -> Path:
     return made_once(pytestconfig, "mxnet-venv", make) / "bin" / "python"
 
 
+# What the suite's own clusters leave out, each ~2% of a core for as long as a cluster lives (issue 46): Ray's
+# dashboard (no test of it joins them) and its log monitor (it streams the workers' output to drivers that print it:
+# the engine's print none); and the idle workers the engine's own Ray leaves out too (sweep/cluster.py).
+BARE_NODE = {"include_log_monitor": False}
+BARE_HEAD = {**BARE_NODE, "include_dashboard": False, "_system_config": {"prestart_worker_first_driver": False}}
+
+
 def two_node_cluster(node: dict[str, int]):
     """A real two-node Ray cluster on this machine, each node with these resources (fake GPUs); for a
     module-scoped fixture: yields it, then shuts it down."""
@@ -195,11 +207,9 @@ def two_node_cluster(node: dict[str, int]):
 
     from sweep.cluster import retried_if_timed_out
 
-    # No dashboard: no test reads one here, and its processes took 2% of a core for as long as the cluster lived.
-    # Started as the engine starts its own, once more where Ray's 30 s for a raylet ran out on a loaded machine.
-    head = {**node, "include_dashboard": False}
-    cluster = retried_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args=head))
-    retried_if_timed_out(lambda: cluster.add_node(**node))
+    # Started as the engine starts its own, again where Ray's 30 s for a raylet ran out on a loaded machine.
+    cluster = retried_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args={**node, **BARE_HEAD}))
+    retried_if_timed_out(lambda: cluster.add_node(**node, **BARE_NODE))
     cluster.wait_for_nodes()
     try:
         yield cluster
@@ -217,12 +227,12 @@ def shared_ray() -> list[str]:
     other, as the tests run; a run never shares it with another."""
     from ray.cluster_utils import Cluster
 
-    # No dashboard: no test of it joins this cluster, and an idle one's processes take 2% of a core (4.9% against
-    # 2.9% for the cluster without it, 60 s idle), for as long as the test run lasts, on each worker (issue 46).
+    # Bare (BARE_HEAD): the dashboard alone took 2% of a core (4.9% against 2.9% for the cluster without it, 60 s
+    # idle), for as long as the test run lasts, on each worker (issue 46).
     from sweep.cluster import retried_if_timed_out
 
     cluster = retried_if_timed_out(lambda: Cluster(initialize_head=True, head_node_args={
-        "num_cpus": os.cpu_count(), "num_gpus": 4, "include_dashboard": False}))
+        "num_cpus": os.cpu_count(), "num_gpus": 4, **BARE_HEAD}))
     cluster.wait_for_nodes()
     # Ray notes a started head in /tmp/ray/ray_current_cluster, and the next embedded run's start says on stderr that
     # it overwrites that note: a second line beside a refusal's one. This cluster is joined by its address alone.

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import HANG_S, ROOT, SWEEPS, run_cli, run_cli_trials_at_once
+from conftest import BARE_HEAD, BARE_NODE, HANG_S, ROOT, SWEEPS, run_cli, run_cli_trials_at_once
 
 from sweep import store
 from sweep.cluster import retried_if_timed_out
 
-NODE = {"num_cpus": 2, "num_gpus": 4}
-HEAD = {**NODE, "include_dashboard": False}  # no test here reads the clusters' own dashboards
+NODE = {"num_cpus": 2, "num_gpus": 4, **BARE_NODE}
+HEAD = {**NODE, **BARE_HEAD}  # no test here reads the clusters' own dashboards
 
 
 @pytest.fixture(scope="module")
