@@ -42,6 +42,7 @@ def pytest_runtest_protocol(item: object, nextitem: object) -> None:
 # -- the sampler and the tables, in this script's process ------------------------------------------------------------
 # (what a command line holds, the kind of process it is), first match wins.
 KINDS = (("gcs_server", "ray gcs"), ("raylet", "ray raylet"), ("dashboard/dashboard.py", "ray dashboard"),
+         ("ray-dashboard-", "ray dashboard"), ("'ray.dashboard", "ray dashboard"),  # its modules, their forkserver
          ("dashboard/agent.py", "ray agents"), ("runtime_env/agent", "ray agents"), ("monitor.py", "ray monitors"),
          ("trainables.probe", "framework checks"), ("ray::TrialWorker", "trial workers"),
          ("ray::SweepTrial", "trials (Tune's actors)"), ("ray::", "ray workers"), ("default_worker.py", "ray workers"),

@@ -64,7 +64,7 @@ SCRIPTS = ["engine_vs_raw.py", "yardsticks.py", "store_speed.py", "packing_makes
            "cifar10_conv_collapse.py", "gpu_torch_yardsticks.py", "torch_ddp_peer.py",
            "input_pipeline.py", "max_batch.py", "torch_step_ab.py", "cpu_share.py",
            "mxnet_record_loader.py", "imagenet_loader.py", "tf_imagenet_loader.py",
-           "jax_peer.py", "keras_peer.py", "keras_yardsticks.py", "suite_cpu.py"]
+           "jax_peer.py", "keras_peer.py", "keras_yardsticks.py", "suite_cpu.py", "run_cpu.py"]
 
 
 @pytest.mark.slow  # every script's --help, their imports in one interpreter: ~8 s
@@ -363,3 +363,27 @@ def test_suite_cpu_charges_a_tests_child_processes_to_that_test() -> None:
     charged = {name: float(cpu) for cpu, name in re.findall(r"^ +([\d.]+) s  (.+)$", out.stdout, re.M)}
     assert charged.get("framework checks", 0) > 1 and charged.get(test, 0) > 1, out.stdout
     assert "(before the first test: imports, collection, session fixtures)" in charged, out.stdout
+
+
+# A command's child burns ~1 CPU-s, then starts a grandchild with an environment of its own (as Ray's dashboard starts
+# its modules) that burns as much.
+BURNS = """
+import subprocess, sys, time
+start = time.process_time()
+while time.process_time() - start < 1.0:
+    pass
+if sys.argv[1:] == ["child"]:
+    subprocess.run([sys.executable, __file__, "grandchild"], env={})
+"""
+
+
+def test_run_cpu_counts_a_commands_children_and_their_children(tmp_path: Path) -> None:
+    burns = tmp_path / "burns.py"
+    burns.write_text(BURNS)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_cpu.py"), "--", sys.executable, "-c",
+                          f"import subprocess, sys; subprocess.run([sys.executable, {str(burns)!r}, 'child'])"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    total, processes = re.search(r"CPU ([\d.]+) s in (\d+) processes", out.stdout).groups()
+    # The command, its child, the child's child; ~1 CPU-s without the last (the CPU of a process's last 0.2 s is lost).
+    assert float(total) > 1.5 and int(processes) == 3, out.stdout
