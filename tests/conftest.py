@@ -19,6 +19,8 @@ from typing import Callable
 import pandas as pd
 import pytest
 
+from sweep.cluster import NO_IDLE_WORKERS
+
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = Path(__file__).resolve().parent / "sweeps"
 TINY = str(SWEEPS / "tiny_mxnet.yaml")
@@ -197,7 +199,7 @@ def mxnet_venv(pytestconfig: pytest.Config) -> Path:
 # dashboard (no test of it joins them) and its log monitor (it streams the workers' output to drivers that print it:
 # the engine's print none); and the idle workers the engine's own Ray leaves out too (sweep/cluster.py).
 BARE_NODE = {"include_log_monitor": False}
-BARE_HEAD = {**BARE_NODE, "include_dashboard": False, "_system_config": {"prestart_worker_first_driver": False}}
+BARE_HEAD = {**BARE_NODE, "include_dashboard": False, "_system_config": NO_IDLE_WORKERS}
 
 
 def two_node_cluster(node: dict[str, int]):
