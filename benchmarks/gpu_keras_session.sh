@@ -31,18 +31,21 @@ else
   torch_device=cuda; threads=8; engine=(resnet50_v1 224 256 1 50 10); scale=(--scale full)
 fi
 
-# 1. Keras from its wheels, offline; a dependency the image already has is kept. Then each backend's versions.
+# 1. Keras and its pure dependencies from their wheels, offline and without pip's dependency check: h5py stays behind
+#    (Keras imports it only to save .h5 files), so .gpu-keras/ (4.5 MB) and .gpu-torch/ fit one call's 64 MiB. Then
+#    each backend's versions.
 if ! $rehearse; then
-  step 01_install_keras 120 bash -c "$py -m pip install -q --no-index --find-links .gpu-keras keras 2>&1 | grep -vi warning; \
+  step 01_install_keras 120 bash -c "$py -m pip install -q --no-index --no-deps .gpu-keras/*.whl 2>&1 | grep -vi warning; \
     [ -f .gpu-torch/install.sh ] && bash .gpu-torch/install.sh; \
     $py -c 'import keras, jax; print(\"keras\", keras.version(), \"jax\", jax.__version__, jax.devices())'"
+  ray_exec_bits "$driver"
 fi
 # 2. The JAX backend: plain JAX, then plain Keras on JAX.
-step 02_jax_peer 150 "$py" benchmarks/jax_peer.py --platform $platform "${model[@]}" "${steps[@]}" --precision bf16
-step 03_keras_peer_jax 150 "$py" benchmarks/keras_peer.py --backend jax --platform $platform "${model[@]}" "${steps[@]}" --precision bf16
+step 02_jax_peer 120 "$py" benchmarks/jax_peer.py --platform $platform "${model[@]}" "${steps[@]}" --precision bf16
+step 03_keras_peer_jax 120 "$py" benchmarks/keras_peer.py --backend jax --platform $platform "${model[@]}" "${steps[@]}" --precision bf16
 # 3. The torch backend: plain Keras on torch, then plain PyTorch (bf16 autocast, channels_last on the GPU).
-step 04_keras_peer_torch 150 "$tpy" benchmarks/keras_peer.py --backend torch --platform $platform "${model[@]}" "${steps[@]}" --precision bf16
-step 05_torch_peer 120 "$tpy" -m torch.distributed.run --standalone --nproc_per_node 1 benchmarks/torch_ddp_peer.py \
+step 04_keras_peer_torch 120 "$tpy" benchmarks/keras_peer.py --backend torch --platform $platform "${model[@]}" "${steps[@]}" --precision bf16
+step 05_torch_peer 90 "$tpy" -m torch.distributed.run --standalone --nproc_per_node 1 benchmarks/torch_ddp_peer.py \
   "${model[@]}" "${steps[@]}" --precision bf16 --device $torch_device --threads $threads
 # 4. The engine's trials: one-trial sweep files, framework keras, each backend (issue 43's trainable).
 if [ -d trainables/keras ]; then
@@ -51,7 +54,7 @@ if [ -d trainables/keras ]; then
     file="$out/keras_$backend.yaml"
     printf 'name: keras_%s\ndescription: "gpu_keras_session: one trial"\nfixed:\n  framework: keras\n  keras_backend: %s\n  model: %s\n  image_size: %s\n  num_gpus: 1\n  batch_per_gpu: %s\n  precision: bf16\n  epochs: %s\n  steps_per_epoch: %s\n  warmup_steps: %s\n  data: synthetic\n  lr: 0.1\n' \
       "$backend" "$backend" "$m" "$size" "$batch" "$epochs" "$spe" "$warm" > "$file"
-    step "06_engine_$backend" 200 bash -c "$driver -m sweep run $file ${scale[*]} --results /tmp/gks-results && \
+    step "06_engine_$backend" 180 bash -c "$driver -m sweep run $file ${scale[*]} --results /tmp/gks-results && \
       $driver -c \"import glob, pandas as pd; t = pd.read_parquet(sorted(glob.glob('/tmp/gks-results/keras_$backend/*/trials'))[-1]); \
 print(t[['framework', 'model', 'status', 'steady_images_per_sec']].to_string())\""
   done

@@ -15,10 +15,7 @@ rehearse=false; [[ ${1:-} == --rehearse ]] && rehearse=true
 
 source benchmarks/_session.sh
 
-# gpu_bundle_torch.sh unpacks Ray's wheel with `python -m zipfile`, which drops the exec bits of Ray's two
-# programs: without them Ray cannot start ("Permission denied: .../gcs_server", 2026-11-26).
-site=$("$py" -c 'import ray, os; print(os.path.dirname(ray.__file__))' 2>/dev/null) \
-  && chmod +x "$site/core/src/ray/gcs/gcs_server" "$site/core/src/ray/raylet/raylet" 2>/dev/null
+ray_exec_bits "$py"
 machine_note
 
 if $rehearse; then
@@ -27,7 +24,7 @@ if $rehearse; then
   gen=(--classes 4 --per-class 12 --val-per-class 4); scale=(--scale smoke --emulate-gpus 1)
 else
   ab=(--device cuda --model resnet50_v1 --image-size 224 --batch-per-gpu 256 --blocks 6 --steps 12)
-  yard=(--steps 60); big=256; defaults=(--warmup-steps 10 --steps 30)
+  yard=(--steps 60); big=256; defaults=(--warmup-steps 5 --steps 12)
   gen=(--classes 10 --per-class 300 --val-per-class 60); scale=(--scale full)
 fi
 # Ordered by what is still missing (benchmarks/README.md, "On an H100"): a step the call's limit cuts is the last.
