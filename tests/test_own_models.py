@@ -243,10 +243,8 @@ def test_code_is_shipped_to_both_nodes_of_a_cluster(tmp_path: Path) -> None:
         fixed: {batch_per_gpu: 16, epochs: 1, steps_per_epoch: 3, val_examples: 64, warmup_steps: 1, lr: 0.05}
         include:
           - {framework: pytorch, model: "shipped_torch_net:build", nodes: 2, gpus_per_node: 1}
-          - {framework: tensorflow, model: "shipped_keras_net:build", num_gpus: 1}
-          - {framework: mxnet, model: "shipped_gluon_net:build", num_gpus: 2}
-          - {framework: tensorflow, model: "keras:MobileNetV2", image_size: 32, nodes: 2, gpus_per_node: 1}
-          - {framework: mxnet, model: "gluon:resnet18_v1", image_size: 32, nodes: 2, gpus_per_node: 1, kvstore: dist_sync}
+          - {framework: tensorflow, model: "shipped_keras_net:build", nodes: 2, gpus_per_node: 1}
+          - {framework: mxnet, model: "shipped_gluon_net:build", nodes: 2, gpus_per_node: 1, kvstore: dist_sync}
         """))
     data = write_cifar10(tmp_path / "data", train_per_file=100, test=100)
     results = tmp_path / "results"
@@ -262,11 +260,11 @@ def test_code_is_shipped_to_both_nodes_of_a_cluster(tmp_path: Path) -> None:
     assert places and str(code) not in places and all("runtime_resources" in p for p in places), places
     folder = store.run_dirs(results, "shipped")[-1]
     trials, epochs = pd.read_parquet(folder / "trials"), pd.read_parquet(folder / "epochs")
-    assert set(trials.status) == {"completed"} and len(trials) == 5
+    assert set(trials.status) == {"completed"} and len(trials) == 3
     own = sorted(f"shipped_{own}" for own in OWN.values())
-    assert sorted(trials.model) == sorted(own + ["keras:MobileNetV2", "gluon:resnet18_v1"])  # the names as given
-    assert len(set(epochs[epochs.model.isin(own)].param_count)) == 1  # one network, layer for layer, in every framework
-    for model in ("shipped_torch_net:build", "keras:MobileNetV2", "gluon:resnet18_v1"):  # each across both nodes
+    assert sorted(trials.model) == own  # the names as given
+    assert len(set(epochs.param_count)) == 1  # one network, layer for layer, in every framework
+    for model in own:  # each framework's workers on both nodes, so each node imported the shipped copy
         assert len(set(epochs[epochs.model == model].ray_node_id.iloc[0].split(";"))) == 2, model
     # Reading results never imports model code, with the code on the path.
     sentinel.write_text("")
