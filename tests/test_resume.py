@@ -311,14 +311,8 @@ def test_ctrl_c_while_the_run_folder_is_made_leaves_nothing(tmp_path: Path, monk
             time.sleep(5)  # the handler raises KeyboardInterrupt in this thread before the sleep ends
 
     monkeypatch.setattr(store.os, "fsync", fsync_then_ctrl_c)
-    # Python's own Ctrl-C, as a user's start has it, whatever handler code run earlier in this test process left (a
-    # fresh clone's CI once saw no KeyboardInterrupt here, after other tests had run in the same pytest-xdist worker).
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            store.RunStore.create(results, meta, "name: tiny_mxnet\n")
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with pytest.raises(KeyboardInterrupt):  # Python's own Ctrl-C handler: conftest's _ctrl_c_as_a_users_process_has_it
+        store.RunStore.create(results, meta, "name: tiny_mxnet\n")
     assert signalled, "the sweep file's write was interrupted"
     assert not results.exists(), sorted(map(str, results.rglob("*")))
 
