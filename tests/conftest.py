@@ -185,6 +185,8 @@ def _ctrl_c_as_a_users_process_has_it():
     test saw no KeyboardInterrupt (d50cb14)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
+    # Again after it: the module and session fixtures the next test needs are set up before this fixture, and some
+    # of them start engine runs (tests/test_docs.py's `ran`, engine_runs).
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
