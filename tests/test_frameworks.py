@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, run_cli
+from conftest import BARE_HEAD, BARE_NODE, ROOT, run_cli
 
 from sweep import checks, environments, spec, store
 from sweep.cluster import Node
@@ -388,8 +388,8 @@ def broken_node(tmp_path_factory: pytest.TempPathFactory):
     not_a_library = tmp_path_factory.mktemp("broken") / "libmxnet.so"
     not_a_library.write_text("not a shared library\n")
     node = {"num_cpus": 2, "num_gpus": 2}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})  # none read here
-    broken = cluster.add_node(**node, env_vars={"MXNET_LIBRARY_PATH": str(not_a_library)})
+    cluster = Cluster(initialize_head=True, head_node_args={**node, **BARE_HEAD})  # no dashboard: none read here
+    broken = cluster.add_node(**node, **BARE_NODE, env_vars={"MXNET_LIBRARY_PATH": str(not_a_library)})
     cluster.wait_for_nodes()
     try:
         yield cluster, broken.node_id

@@ -251,7 +251,8 @@ def test_a_trial_counts_undecodable_images_and_its_output_layer_has_the_folders_
 
 
 @pytest.mark.slow
-def test_pytorch_trials_on_1_and_2_gpus_learn_a_generated_image_folder_through_the_sweep(tmp_path: Path) -> None:
+def test_pytorch_trials_on_1_and_2_gpus_learn_a_generated_image_folder_through_the_sweep(tmp_path: Path,
+                                                                                         shared_ray: list[str]) -> None:
     from conftest import run_cli
 
     from sweep import store
@@ -267,7 +268,7 @@ def test_pytorch_trials_on_1_and_2_gpus_learn_a_generated_image_folder_through_t
         grid: {num_gpus: [1, 2]}
         """))
     results = tmp_path / "results"
-    out = run_cli(str(sweep), "--data-dir", str(data_dir), "--results", str(results), "--emulate-gpus", "2", timeout=900)
+    out = run_cli(str(sweep), "--data-dir", str(data_dir), "--results", str(results), *shared_ray, timeout=900)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
     epochs = store.RunStore(store.run_dirs(results, "imagenet")[-1]).epochs()
     assert len(epochs) == 12

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT, SWEEPS, run_cli
+from conftest import BARE_HEAD, BARE_NODE, ROOT, SWEEPS, run_cli
 
 from sweep import spec, store
 from sweep.gcs import EMBEDDED_GONE_S, LOST_EXIT, Watchdog
@@ -132,8 +132,8 @@ def test_a_lost_head_node_of_a_joined_cluster_is_one_line_and_exit_75(tmp_path: 
     from ray.cluster_utils import Cluster
 
     node = {"num_cpus": 2, "num_gpus": 4}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-    cluster.add_node(**node)
+    cluster = Cluster(initialize_head=True, head_node_args={**node, **BARE_HEAD})
+    cluster.add_node(**node, **BARE_NODE)
     cluster.wait_for_nodes()
     results = tmp_path / "results"
     # 8 s of grace instead of Ray's minute (CI time); the default is the same code with 60.

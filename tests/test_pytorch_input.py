@@ -230,7 +230,7 @@ def test_a_decode_gpu_run_stops_in_one_line_before_any_trial_where_torchvision_d
 
 
 @pytest.mark.slow
-def test_decode_gpu_trains_through_the_sweep_where_torchvision_imports(tmp_path: Path) -> None:
+def test_decode_gpu_trains_through_the_sweep_where_torchvision_imports(tmp_path: Path, shared_ray: list[str]) -> None:
     """CI's second lane (.ci/run: the CUDA torch 2.13 with torchvision 0.28): decode: gpu's path with torchvision's
     own decode_jpeg, on the CPU device of an emulated GPU (on a GPU machine the same code decodes on the GPU): the
     framework check lets it run, a PNG under a .JPEG name is decoded by Pillow instead, a garbage file is counted."""
@@ -253,7 +253,7 @@ def test_decode_gpu_trains_through_the_sweep_where_torchvision_imports(tmp_path:
                 epochs: 1, lr: 0.05, warmup_steps: 0, decode: gpu, loader_workers: 1}
         """))
     results = tmp_path / "results"
-    out = run_cli(str(sweep), "--data-dir", str(data_dir), "--results", str(results), "--emulate-gpus", "1", timeout=600)
+    out = run_cli(str(sweep), "--data-dir", str(data_dir), "--results", str(results), *shared_ray, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     [row] = store.RunStore(store.run_dirs(results, "gpu_decode")[-1]).epochs().to_dict("records")
     assert row["decode"] == "gpu" and row["data_format"] == "jpeg" and row["input_images_per_sec"] > 0
