@@ -108,6 +108,7 @@ def test_skip_infeasible_records_it_and_runs_the_rest(cluster, tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_lost_node_trials_rerun_elsewhere_from_checkpoints(tmp_path: Path) -> None:
     import os
     import signal

@@ -117,6 +117,7 @@ def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_mxnet_dist_kvstores_start_from_conv_weights_mkldnn_has_reordered(cluster, tmp_path: Path) -> None:
     """AlexNet's conv weights are in MKLDNN's layout after an inference-mode forward; MXNet 1.9.1's
     rank 0 then silently skipped their initial push and the servers aborted (every run, both kvstores)."""
@@ -163,9 +164,10 @@ def victim(kind: str) -> int | None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,kind", [("framework: mxnet, kvstore: dist_sync", "worker actor"),
-                                       ("framework: tensorflow, variable_update: parameter_server", "worker server")],
-                         ids=["mxnet-dist_sync", "tensorflow-parameter_server"])
+@pytest.mark.parametrize("mode,kind", [
+    ("framework: mxnet, kvstore: dist_sync", "worker actor"),
+    pytest.param("framework: tensorflow, variable_update: parameter_server", "worker server", marks=pytest.mark.heavy),
+], ids=["mxnet-dist_sync", "tensorflow-parameter_server"])
 def test_a_killed_worker_ends_its_trial_and_the_retry_finishes_it(cluster, tmp_path: Path, mode: str, kind: str) -> None:
     results = tmp_path / "results"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -231,6 +233,7 @@ include:  # TensorFlow's first: its allocator's 10 s retry of the failed allocat
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_mxnet_in_its_own_interpreter_one_node_and_two(cluster, mxnet_venv: Path, tmp_path: Path) -> None:
     """MXNet trials, one-node and dist_sync over two nodes (workers, servers, scheduler), in an interpreter
     the test built with MXNet and Ray only; TensorFlow asked to run there is found missing before any trial."""

@@ -122,7 +122,8 @@ def learnable(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("gpus", [1, 2])
+# On 2 GPUs: heavy; in CI the step of 2 devices is checked exactly (test_two_devices_take_the_step_of_one_...)
+@pytest.mark.parametrize("gpus", [1, pytest.param(2, marks=pytest.mark.heavy)])
 def test_a_keras_trial_learns_on_each_backend(learnable, gpus: int) -> None:
     """resnet8_cifar on the learnable CIFAR-format set (benchmarks/learnability.py: its recipe and bar, 0.8; chance
     is 0.1), through the loop on each backend at once, on 1 and 2 emulated GPUs (torch: 1; on 2 it runs a process per
@@ -403,6 +404,7 @@ def two_nodes():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_keras_on_torch_learns_as_ranks_across_two_nodes(learnable, two_nodes, tmp_path) -> None:
     """keras_backend torch on 2 emulated GPUs through `python -m sweep` on a real two-node Ray cluster: a rank per GPU
     (sweep/workers.py, as PyTorch's), one on each node; the trial learns the learnable set (the recipe's global batch,
@@ -447,6 +449,7 @@ scales: {{smoke: {{}}, full: {{}}}}
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_keras_on_tensorflow_and_jax_learns_across_two_nodes(learnable, two_nodes, backend: str, tmp_path) -> None:
     """keras_backend tensorflow (MultiWorkerMirroredStrategy, TF_CONFIG) and jax (JAX's multi-process start, Keras's

@@ -121,6 +121,7 @@ def _jax_runs() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # CI runs it in lane 2, where the driver holds all three backends (.ci/run)
 def test_the_study_smoke_runs_every_backend_and_reports_study_000_per_backend(tmp_path: Path, shared_ray: list[str]) -> None:
     """keras3_backends.yaml's smoke scale through `python -m sweep` on learnable data: every backend on 1 emulated
     GPU, jax and tensorflow on 2 (keras on torch is one GPU so far), checked first (Keras's version and the

@@ -87,6 +87,7 @@ def wait_for_a_first_epoch(proc: subprocess.Popen, results: Path, sweep: str) ->
         time.sleep(0.2)
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_lost_gcs_is_one_line_exit_75_and_resume_recovers(tmp_path: Path) -> None:
     results = tmp_path / "results"
     ray_tmp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths must stay < 108 bytes

@@ -281,6 +281,7 @@ def test_mxnet_trials_on_1_and_2_gpus_learn_a_packed_generated_image_folder_thro
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_an_mxnet_trial_across_two_nodes_reads_one_part_per_node_and_learns(tmp_path: Path) -> None:
     """dist_sync over two nodes (one emulated GPU each): each node's process reads its part of the records
     (num_parts 2); the rows sum the nodes' skipped files, which each counts in its own shard."""

@@ -226,6 +226,7 @@ def build(num_classes, image_size):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_code_is_shipped_to_both_nodes_of_a_cluster(tmp_path: Path) -> None:
     from cifar_files import write_cifar10
 

@@ -147,6 +147,7 @@ def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_precision_study_smoke_runs_end_to_end_and_its_rows_say_how(tmp_path: Path, shared_ray: list[str]) -> None:
     """search_spaces/resnet50_precision.yaml at its smoke scale: bf16 in both frameworks, TensorFlow's fp32,
     fp16 (with its loss scale) and fp16 + XLA, the default; real Ray, real Parquet, the report. On resnet8_cifar:

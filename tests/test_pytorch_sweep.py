@@ -33,6 +33,7 @@ def cifar(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # CI runs it in lane 2, on PyTorch's CUDA build (.ci/run)
 def test_pytorch_trials_on_1_2_3_gpus_and_2_nodes_run_end_to_end(cluster, cifar: Path, tmp_path: Path) -> None:
     results = tmp_path / "results"
     out = run_cli(str(SWEEPS / "pytorch.yaml"), "--address", cluster.address, "--data-dir", str(cifar),

@@ -70,7 +70,8 @@ def finished(results: Path) -> set[str]:
 # SIGKILL at each kill point; an orderly stop takes one path (sweep/runner.py), so Ctrl-C's SIGINT and then
 # SIGTERM (kill, a batch scheduler, docker stop) share one run: the first while trials are surely mid-way.
 @pytest.mark.slow
-@pytest.mark.parametrize("signals", [(signal.SIGKILL,) * 3, (signal.SIGINT, signal.SIGTERM)],
+@pytest.mark.parametrize("signals", [(signal.SIGKILL,) * 3,
+                                     pytest.param((signal.SIGINT, signal.SIGTERM), marks=pytest.mark.heavy)],
                          ids=["SIGKILL", "SIGINT-then-SIGTERM"])
 def test_interrupted_sweep_resumes_with_every_row_exactly_once(signals: tuple[int, ...], tmp_path: Path) -> None:
     results = tmp_path / "results"

@@ -260,7 +260,9 @@ def test_a_tensorflow_trial_reads_jpegs_counts_bad_ones_and_sizes_its_output_to_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("packed", [False, True], ids=["jpeg", "tfrecord"])
+# TFRecord through the sweep in CI: the two-node test below
+@pytest.mark.parametrize("packed", [False, pytest.param(True, marks=pytest.mark.heavy)],
+                         ids=["jpeg", "tfrecord"])
 def test_tensorflow_trials_on_1_and_2_gpus_learn_a_generated_image_folder_through_the_sweep(tmp_path: Path,
                                                                                            packed: bool,
                                                                                            shared_ray: list[str]) -> None:
