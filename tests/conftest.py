@@ -93,6 +93,25 @@ def made_once(config: pytest.Config, name: str, make: Callable[[Path], None]) ->
     return folder
 
 
+# The files whose tests take longest, longest first (lane 1's wall per file in a fresh clone's `.ci/run`, 2026-11-28,
+# `--durations=120`). Under -n each worker takes whole files (pyproject.toml: --dist loadfile) in the order collected,
+# and --no-loadscope-reorder keeps this order. xdist's own, by number of tests, handed out last the files of a few long
+# tests (test_distributed.py 5 tests in 6 minutes, test_remote_results.py 4 in 4, test_pytorch_sweep.py 3 in 4), where
+# one worker still ran them after the others had ended (issue 46). test_keras_sweep.py is lane 2's longest (its study
+# smoke, 5 minutes), a few seconds in lane 1. The rest follow in their own order. Only the order changes, never which
+# tests run.
+LONGEST_FIRST = ("test_docs.py", "test_keras_sweep.py", "test_distributed.py", "test_cluster.py",
+                 "test_tensorflow_input.py", "test_keras.py", "test_benchmarks.py", "test_report.py", "test_resume.py",
+                 "test_pytorch_sweep.py", "test_remote_results.py", "test_frameworks.py", "test_env_create.py",
+                 "test_images.py", "test_trainables.py", "test_synth_vs_real.py", "test_max_batch.py",
+                 "test_pytorch_input.py", "test_newcomer.py", "test_failures.py", "test_report_runs.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The folders made_once made (a venv of ~300 MB among them) go with the test run where no test failed, as
     tmp_path_retention_policy has the tests' own go: by the run's one process, or by the workers' controller."""
