@@ -1,4 +1,4 @@
-"""Where the test suite's CPU goes, test by test (issue 46): on two cores under `-n 3` the suite is bound by its sum of
+"""Where the test suite's CPU goes, test by test (issue 46): on two cores under `-n 4` the suite is bound by its sum of
 CPU, so that sum, not a test's wall time, says what a change to the suite saves.
 
 Runs pytest (the README's arguments, or those after `--`) with this file as a plugin that notes when each test starts,
@@ -7,7 +7,7 @@ that started it, as the SWEEP_TEST_PROCESS tag of tests/conftest.py says (Ray's 
 and there to the test that ran at that second. Prints the CPU by kind of process, by test file and the heaviest tests.
 A process that lives under a second is missed. Linux only.
 
-    .venv/bin/python benchmarks/suite_cpu.py --top 40                    # the README's suite, -n 3
+    .venv/bin/python benchmarks/suite_cpu.py --top 40                    # the README's suite, -n 4
     .venv/bin/python benchmarks/suite_cpu.py --top 10 -- -q tests/test_resume.py
 """
 from __future__ import annotations
@@ -118,7 +118,7 @@ def tables(charged: list[tuple[float, str, str, float]], folder: Path, top: int)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="arguments after -- go to pytest (default: -n 3, the README's)")
+                                     epilog="arguments after -- go to pytest (default: -n 4, the README's)")
     parser.add_argument("--top", type=int, default=30, help="how many files and tests to list (default 30)")
     parser.add_argument("pytest_args", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -130,7 +130,7 @@ def main() -> int:
         sampler = threading.Thread(target=sample, args=(stop, Path(folder), charged), daemon=True)
         sampler.start()
         t0 = time.time()
-        code = subprocess.call([sys.executable, "-m", "pytest", "-p", "suite_cpu", *(args.pytest_args or ["-n", "3"])],
+        code = subprocess.call([sys.executable, "-m", "pytest", "-p", "suite_cpu", *(args.pytest_args or ["-n", "4"])],
                                cwd=ROOT, env=env)
         stop.set()
         sampler.join()

@@ -123,7 +123,7 @@ def test_the_docs_follow_the_convention() -> None:
     # The front page's two commands are exactly what CI runs (.ci/run), so the README says them as CI does.
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
-    for command in ('python3.11 -m venv .venv && .venv/bin/pip install -e ".[cpu,test]"', '.venv/bin/python -m pytest -n 3 -m "not heavy"\n'):
+    for command in ('python3.11 -m venv .venv && .venv/bin/pip install -e ".[cpu,test]"', '.venv/bin/python -m pytest -n 4 -m "not heavy"\n'):
         assert command in ci and command in readme
 
 
