@@ -95,9 +95,10 @@ def made_once(config: pytest.Config, name: str, make: Callable[[Path], None]) ->
 
 # The files whose tests take longest, longest first (lane 1's wall per file in a fresh clone's `.ci/run`, 2026-11-28,
 # `--durations=120`). Under -n each worker takes whole files (pyproject.toml: --dist loadfile) in the order collected,
-# and --no-loadscope-reorder keeps this order. xdist's own, by number of tests, handed out last the files of a few long
-# tests (test_distributed.py 5 tests in 6 minutes, test_remote_results.py 4 in 4, test_pytorch_sweep.py 3 in 4), where
-# one worker still ran them after the others had ended (issue 46). test_keras_sweep.py is lane 2's longest (its study
+# and --no-loadscope-reorder keeps this order. xdist's own, by number of tests, hands out last the files of a few long
+# tests (test_distributed.py 5 tests in 6 minutes, test_remote_results.py 4 in 4, test_pytorch_sweep.py 3 in 4): replayed
+# with the measured durations, one worker ran 5 minutes after the others had ended (issue 46; benchmarks/README.md,
+# "twenty-fourth session"). test_keras_sweep.py is lane 2's longest (its study
 # smoke, 5 minutes), a few seconds in lane 1. The rest follow in their own order. Only the order changes, never which
 # tests run.
 LONGEST_FIRST = ("test_docs.py", "test_keras_sweep.py", "test_distributed.py", "test_cluster.py",
