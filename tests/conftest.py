@@ -98,9 +98,8 @@ def made_once(config: pytest.Config, name: str, make: Callable[[Path], None]) ->
 # and --no-loadscope-reorder keeps this order. xdist's own, by number of tests, hands out last the files of a few long
 # tests (test_distributed.py 5 tests in 6 minutes, test_remote_results.py 4 in 4, test_pytorch_sweep.py 3 in 4): replayed
 # with the measured durations, one worker ran 5 minutes after the others had ended (issue 46; benchmarks/README.md,
-# "twenty-fourth session"). test_keras_sweep.py is lane 2's longest (its study
-# smoke, 5 minutes), a few seconds in lane 1. The rest follow in their own order. Only the order changes, never which
-# tests run.
+# "twenty-fourth session"). test_keras_sweep.py is lane 2's longest (its study smoke, 5 minutes), a few seconds in
+# lane 1. The rest follow in their own order. Only the order changes, never which tests run.
 LONGEST_FIRST = ("test_docs.py", "test_keras_sweep.py", "test_distributed.py", "test_cluster.py",
                  "test_tensorflow_input.py", "test_keras.py", "test_benchmarks.py", "test_report.py", "test_resume.py",
                  "test_pytorch_sweep.py", "test_remote_results.py", "test_frameworks.py", "test_env_create.py",
