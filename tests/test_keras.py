@@ -52,6 +52,40 @@ def test_parameter_counts_match_the_other_frameworks(backend: str) -> None:
         assert shape == [2, 10], name
 
 
+# Every shape jax.random.normal is asked for while ResNet-8 is built twice from one seed, and what the kernels hold.
+JAX_KERNELS = """
+import json, jax, keras, numpy as np
+asked, normal = set(), jax.random.normal
+jax.random.normal = lambda key, shape=(), *a, **k: asked.add(tuple(shape)) or normal(key, shape, *a, **k)
+from trainables.keras import models
+keras.utils.set_random_seed(0)
+first = models.build("resnet8_cifar", 32)
+keras.utils.set_random_seed(0)
+again = models.build("resnet8_cifar", 32)
+kernels = [np.asarray(w.value) for w in first.weights if len(w.shape) in (2, 4)]
+print(json.dumps({"asked": sorted(asked), "shapes": sorted({k.shape for k in kernels}),
+                  "same": all(np.array_equal(a, b) for a, b in zip(first.get_weights(), again.get_weights())),
+                  "std": [[float(k.std()), float(np.sqrt(2 / np.prod(k.shape[:-1]))), k.size] for k in kernels]}))
+"""
+
+
+@pytest.mark.slow  # JAX and Keras imported: ~5 s
+def test_jax_draws_every_kernel_with_one_program_and_he_et_als_std() -> None:
+    """On JAX the kernels' gaussian is drawn in blocks of one size (trainables/keras/models.py: JaxHeNormal): XLA
+    compiles a program per shape drawn, which took ResNet-8's build 10 CPU-s. One seed builds the same weights, each
+    kernel with std sqrt(2 / fan_in) as the other frameworks'."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed in this environment (framework: keras on jax needs it)")
+    done = subprocess.run([sys.executable, "-c", JAX_KERNELS], env=dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT),
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found["shapes"]) >= 5 and found["asked"] == [[1 << 16]], found["asked"]
+    assert found["same"]
+    for std, expected, size in found["std"]:
+        assert std == pytest.approx(expected, rel=0.1 if size >= 400 else 0.3), (std, expected, size)
+
+
 def test_agnostic_layers_compute_as_the_fused_ones() -> None:
     """The backend-agnostic batch norm and shortcut give the TensorFlow-fused model's outputs, in training mode
     (batch moments) and after it (moving statistics): one network, the two parts swapped."""

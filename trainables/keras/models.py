@@ -6,16 +6,45 @@ in keras.ops). Imports no backend: KERAS_BACKEND is set before keras is first im
 """
 from __future__ import annotations
 
+import math
+import random
+
 import keras
+import numpy as np
 from keras import layers, ops
 
 from trainables import zoo
 from trainables.failure import first_line
 
+
+class JaxHeNormal(keras.initializers.Initializer):
+    """_kernel_init's gaussian on JAX, drawn in blocks of one size. JAX draws random numbers with a program that XLA
+    compiles for each shape drawn (about 1 CPU-s each on a CPU), and a network's kernels come in many shapes: all but
+    a second of the 10 CPU-s ResNet-8's build took (issue 46). Blocks of one size are one program, each block drawn
+    with its own key (the initializer's key folded with the block's number). Seeded as Keras seeds an initializer made
+    without a seed: from Python's generator, which keras.utils.set_random_seed seeds."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self) -> None:
+        self.seed = random.randint(1, int(1e9))  # Keras's make_default_seed
+
+    def __call__(self, shape, dtype=None):
+        import jax
+
+        key, size = jax.random.key(self.seed), math.prod(shape)
+        blocks = [np.asarray(jax.random.normal(jax.random.fold_in(key, i), (self.BLOCK,)))
+                  for i in range(-(-size // self.BLOCK))]
+        std = math.sqrt(2.0 / math.prod(shape[:-1]))  # fan in: a kernel's every axis but its outputs
+        return ops.convert_to_tensor(np.concatenate(blocks)[:size].reshape(shape) * std, dtype=dtype)
+
+
 # Same initialisation as the MXNet side: gaussian, std sqrt(2 / fan_in); BN as MXNet's defaults.
 def _kernel_init() -> keras.initializers.Initializer:
     # A new initializer per layer, made after the backend seeded Keras: one made at import would
     # carry a seed drawn then, and initialise differently in every process.
+    if keras.backend.backend() == "jax":
+        return JaxHeNormal()
     return keras.initializers.VarianceScaling(scale=2.0, mode="fan_in", distribution="untruncated_normal")
 BN = {"momentum": 0.9, "epsilon": 1e-5}
 BN_V2 = {"momentum": 0.9, "epsilon": 2e-5}  # MXNet's symbols/resnet.py
