@@ -32,6 +32,7 @@ from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
 from sweep.version import engine_version, git_commit
 from trainables.config import TrialConfig
+from trainables.environment import cpu_flags, mxnet_bf16_cpu_problem
 from trainables.probe import FrameworkCheck
 
 
@@ -199,11 +200,16 @@ def _check_interpreters(args: argparse.Namespace, sweep: Sweep, envs: dict[str, 
 
 def _check_emulated_precision(trials: list[TrialConfig]) -> None:
     """Emulated devices are CPUs: MXNet 1.9.1 has no fp16 matrix multiply there (its first fp16 step fails
-    with "FP16 gemm on cpu not implemented"), so its fp16 trials need GPUs. TensorFlow runs fp16 on a CPU."""
+    with "FP16 gemm on cpu not implemented"), so its fp16 trials need GPUs; its bf16 needs AVX-512 in this
+    machine's CPU (trainables/environment.py). TensorFlow and PyTorch run both on any CPU."""
+    bf16_problem = mxnet_bf16_cpu_problem(cpu_flags())
     for t in trials:
         if t.framework == "mxnet" and t.precision == "fp16":
             raise UsageError(f"MXNet trial {t.trial_id} asks for fp16, which MXNet cannot run on the CPU devices that "
                              "emulate GPUs here (no fp16 matrix multiply on CPUs): run it on GPUs, or use bf16 on a CPU")
+        if t.framework == "mxnet" and t.precision == "bf16" and bf16_problem:
+            raise UsageError(f"MXNet trial {t.trial_id} asks for bf16, which the CPU devices that emulate GPUs here "
+                             f"cannot run ({bf16_problem}): use another precision here, or another framework's bf16")
 
 
 def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) -> RunState:

@@ -2,7 +2,7 @@
 CSV), `report --against` naming the settings that differ and whether each ratio is within the runs' noise,
 and the notebook run the way docs/reports.md says. The expected figures are recomputed from the Parquet rows.
 
-The runs: tests/sweeps/report_precision.yaml (9 MXNet trials), conftest's engine_runs (tiny_mxnet twice, shared
+The runs: tests/sweeps/report_precision.yaml (9 PyTorch trials), conftest's engine_runs (tiny_mxnet twice, shared
 with other tests) and one more tiny_mxnet run at another batch.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_a_precision_sweep_prints_and_writes_its_precision_table(precision_run: 
     printed = out.stdout.split(title)
     assert len(printed) == 2, out.stdout  # on the console, as the throughput table is
     for batch in (2, 4):
-        assert f"mxnet resnet8_cifar b{batch}/GPU synthetic" in printed[1]
+        assert f"pytorch resnet8_cifar b{batch}/GPU synthetic" in printed[1]
     assert f"### {title}" in (precision_run / "report" / "report.md").read_text()
 
     table = pd.read_csv(precision_run / "report" / "precision.csv", index_col=[0, 1])
@@ -50,7 +50,7 @@ def test_a_precision_sweep_prints_and_writes_its_precision_table(precision_run: 
     assert set(trials.status) == {"completed"} and len(trials) == 9
     for (batch, gpus), rows in trials.groupby(["batch_per_gpu", "num_gpus"]):
         rate = rows.set_index("precision").steady_images_per_sec
-        row = table.loc[(f"mxnet resnet8_cifar b{batch}/GPU synthetic", gpus)]
+        row = table.loc[(f"pytorch resnet8_cifar b{batch}/GPU synthetic", gpus)]
         assert float(row["tf32"]) == pytest.approx(rate["tf32"]) and float(row["bf16"]) == pytest.approx(rate["bf16"])
         base = "fp32" if "fp32" in rate else "tf32"  # fp32 ran at batch 2 on 1 GPU only
         assert float(row[f"bf16 / {base}"]) == pytest.approx(rate["bf16"] / rate[base])

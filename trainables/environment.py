@@ -22,6 +22,32 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# MXNet 1.9.1 computes bfloat16 on a CPU through its oneDNN (MKLDNN), whose bf16 kernels need AVX-512 (oneDNN's
+# avx512_core: these four). On an AVX2-only CPU (this project's AMD EPYC machine, 2026-11-28) its first bf16
+# convolution fails with "could not create a primitive descriptor iterator".
+ONEDNN_BF16_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str] | None:
+    """The CPU's feature flags as Linux lists them; None where none are listed (another OS or architecture)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def mxnet_bf16_cpu_problem(flags: set[str] | None) -> str | None:
+    """Why MXNet cannot compute bf16 on a CPU with these flags (one phrase), or None: it can, or they are unknown."""
+    if flags is None or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    missing = [flag for flag in ONEDNN_BF16_FLAGS if flag not in flags]
+    return f"MXNet's bf16 on a CPU needs AVX-512 for oneDNN; this CPU lacks {', '.join(missing)}" if missing else None
+
+
 def _nvidia_smi() -> tuple[str | None, str | None, str | None]:
     """(GPU model, driver version, CUDA version the driver supports) of the visible GPUs."""
     if not shutil.which("nvidia-smi"):
