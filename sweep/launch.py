@@ -206,7 +206,7 @@ def _check_emulated_precision(trials: list[TrialConfig]) -> None:
     for t in trials:
         if t.framework == "mxnet" and t.precision == "fp16":
             raise UsageError(f"MXNet trial {t.trial_id} asks for fp16, which MXNet cannot run on the CPU devices that "
-                             "emulate GPUs here (no fp16 matrix multiply on CPUs): run it on GPUs, or use bf16 on a CPU")
+                             "emulate GPUs here (no fp16 matrix multiply on CPUs): run it on GPUs, or bf16 on a CPU with AVX-512")
         if t.framework == "mxnet" and t.precision == "bf16" and bf16_problem:
             raise UsageError(f"MXNet trial {t.trial_id} asks for bf16, which the CPU devices that emulate GPUs here "
                              f"cannot run ({bf16_problem}): use another precision here, or another framework's bf16")
