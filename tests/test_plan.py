@@ -120,7 +120,8 @@ def test_plan_lists_trials_fits_and_estimates_without_data_or_ray(runs: EngineRu
     assert "an embedded Ray as `run` would start it here: 1 node with 4 emulated GPUs" in lines[1]
     walls = [runs.trials(i).wall_time_s[one] for i in (0, 1)]
     row = next(line for line in lines if line.startswith(f"  {one}"))
-    assert "median of 2 earlier runs of this trial" in row and f"{statistics.median(walls):.3g} s" in row
+    median = statistics.median(walls)  # written as the plan writes it: minutes past one (a loaded machine's runs)
+    assert "median of 2 earlier runs of this trial" in row and (f"{median:.3g} s" if median < 60 else _duration(median)) in row
     # The 2-GPU trial ran once (the first run found it no node): its spread is the one repeated trials showed, each
     # run against the other (what a measured estimate, the earlier run, was off by: max(a / b, b / a) - 1).
     spread = max(walls) / min(walls) - 1
