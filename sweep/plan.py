@@ -177,11 +177,15 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d} min"
 
 
+def trial_time(seconds: float) -> str:
+    """A trial's estimated time as the plan lists it: seconds under a minute (3 digits), else minutes."""
+    return f"{seconds:.3g} s" if seconds < 60 else _duration(seconds)
+
+
 def _estimate(t: TrialPlan) -> str:
     if t.seconds is None:
         return "-"
-    seconds = f"{t.seconds:.3g} s" if t.seconds < 60 else _duration(t.seconds)
-    return seconds + (f" +-{t.uncertainty:.0%}" if t.uncertainty is not None else "")
+    return trial_time(t.seconds) + (f" +-{t.uncertainty:.0%}" if t.uncertainty is not None else "")
 
 
 # --- the cluster ----------------------------------------------------------------------------------

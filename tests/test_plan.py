@@ -23,7 +23,7 @@ import pytest
 from conftest import ROOT, SETS, SWEEPS, TINY as SWEEP, EngineRuns, run_cli
 
 from sweep import store
-from sweep.plan import Plan, _duration
+from sweep.plan import Plan, trial_time
 from sweep.runs import resume_command
 from trainables.config import TrialConfig
 
@@ -120,8 +120,8 @@ def test_plan_lists_trials_fits_and_estimates_without_data_or_ray(runs: EngineRu
     assert "an embedded Ray as `run` would start it here: 1 node with 4 emulated GPUs" in lines[1]
     walls = [runs.trials(i).wall_time_s[one] for i in (0, 1)]
     row = next(line for line in lines if line.startswith(f"  {one}"))
-    median = statistics.median(walls)  # written as the plan writes it: minutes past one (a loaded machine's runs)
-    assert "median of 2 earlier runs of this trial" in row and (f"{median:.3g} s" if median < 60 else _duration(median)) in row
+    # The median as the plan writes a trial's time: in minutes past one, which a loaded machine's runs reach.
+    assert "median of 2 earlier runs of this trial" in row and trial_time(statistics.median(walls)) in row
     # The 2-GPU trial ran once (the first run found it no node): its spread is the one repeated trials showed, each
     # run against the other (what a measured estimate, the earlier run, was off by: max(a / b, b / a) - 1).
     spread = max(walls) / min(walls) - 1
@@ -197,11 +197,8 @@ def test_plan_for_a_gpu_without_a_published_peak_times_it_by_its_own_runs(runs: 
     lines = out.stdout.splitlines()
     walls = [runs.trials(i).wall_time_s[one] for i in (0, 1)]
     assert "median of 2 earlier runs of this trial" in next(line for line in lines if line.startswith(f"  {one}"))
-    # As the plan writes a trial's time (sweep/plan.py): seconds under a minute, else minutes, which a loaded machine's
-    # runs reach (1:06 min beside two busy processes, 2026-11-29).
-    median = statistics.median(walls)
-    shown = f"{median:.3g} s" if median < 60 else _duration(median)
-    assert shown in next(line for line in lines if line.startswith(f"  {one}"))
+    # As the plan writes a trial's time: 1:06 min beside two busy processes (2026-11-29), 66.1 s did not show.
+    assert trial_time(statistics.median(walls)) in next(line for line in lines if line.startswith(f"  {one}"))
     assert "1 earlier run of this trial" in next(line for line in lines if line.startswith(f"  {two}"))
     assert "TFLOP/s" not in out.stdout and "error unknown" not in out.stdout  # nothing scaled by a peak, nothing unknown
     # Trials never run: the model's cost at those runs' rate, on their GPU.
