@@ -11,15 +11,20 @@ import sys
 import numpy as np
 
 
-def _cpu_model() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """The first CPU's `field` as Linux's /proc/cpuinfo lists it; None where it is not listed (another OS)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 # MXNet 1.9.1 computes bfloat16 on a CPU through its oneDNN (MKLDNN), whose bf16 kernels need AVX-512 (oneDNN's
@@ -28,16 +33,10 @@ def _cpu_model() -> str:
 ONEDNN_BF16_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 
 
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str] | None:
+def cpu_flags() -> set[str] | None:
     """The CPU's feature flags as Linux lists them; None where none are listed (another OS or architecture)."""
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
+    flags = _cpuinfo("flags")
+    return None if flags is None else set(flags.split())
 
 
 def mxnet_bf16_cpu_problem(flags: set[str] | None) -> str | None:

@@ -75,9 +75,9 @@ class Backend:
         mx.random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         on_gpu = devices.kind == "gpu"
-        problem = environment.mxnet_bf16_cpu_problem(environment.cpu_flags()) if cfg.precision == "bf16" else None
-        if problem and not on_gpu:  # now, not in MXNet's words at the first step, which say nothing of why
-            raise RuntimeError(problem)
+        if cfg.precision == "bf16" and not on_gpu:  # now, not in MXNet's words at the first step, which say nothing of why
+            if problem := environment.mxnet_bf16_cpu_problem(environment.cpu_flags()):
+                raise RuntimeError(problem)
         _set_tf32(cfg.precision != "fp32")
         _init_amp(cfg.precision)
         self.precision, self.on_gpu = cfg.precision, on_gpu
