@@ -28,16 +28,17 @@ from typing import Any
 from sweep import limits
 from sweep.cluster import Node, infeasible
 from sweep.environments import Environment, made_by, made_environment, of, with_hint
+from sweep.errors import UsageError
 from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.failure import first_line
-from trainables.probe import FrameworkCheck, check, first_gpu, interpreter_problem
+from trainables.probe import NO_ANSWER, TIMEOUT_ENV, FrameworkCheck, check, first_gpu, interpreter_problem, step_timeout_s
 
 NODE_LABEL = "ray.io/node-id"  # every Ray node carries it, with its id
-# How long a check may take: an interpreter or the default environment answers in seconds (a framework
-# import and one step); pip, uv and image environments are built or pulled on first use (Ray gives up
-# building one after 10 minutes, runtime_env's setup_timeout_seconds).
-TIMEOUT_S = {"default": 300, "py_executable": 300, "pip": 900, "uv": 900, "image_uri": 900}
+# How long the driver waits for a check beyond the node's own bound on the check's child (probe.step_timeout_s,
+# $SWEEP_CHECK_TIMEOUT_S): a minute for Ray to start the task's worker, and ten more where Ray builds or pulls the
+# environment on first use (pip, uv, image_uri: Ray gives up after 10 minutes, runtime_env's setup_timeout_seconds).
+STARTING_S = {"default": 60, "py_executable": 60, "pip": 660, "uv": 660, "image_uri": 660}
 # framework -> the (model, image side) pairs of its trials whose model is named outside the engine's zoo.
 Models = dict[str, tuple[tuple[str, int, int], ...]]  # framework -> (model, input side, classes)
 
@@ -79,7 +80,7 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
     found: dict[tuple[str, str], FrameworkCheck] = {}
     for fw, future in (here or {}).items():
         try:
-            result = future.result()  # bounded: the check's process has probe.STEP_TIMEOUT_S
+            result = future.result()  # bounded: the check's process has probe.step_timeout_s()
         except Exception as e:  # noqa: BLE001
             result = FrameworkCheck.failed("", fw, f"the check failed: {type(e).__name__}: {first_line(str(e))}")
         for node in (node for node, f in targets if f == fw):
@@ -92,7 +93,7 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
     versions = (ray.__version__, platform.python_version(), os.environ.get("RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL", "patch"))
     refs = {ray.remote(interpreter_problem).options(**_on(node)).remote(str(of(envs, fw).value), *versions): (node, fw)
             for node, fw in interpreters}
-    for (node, fw), problem in _gather(refs, TIMEOUT_S["default"]).items():
+    for (node, fw), problem in _gather(refs, wait_s("default")).items():
         if problem is not None:
             found[(node.node_id, fw)] = FrameworkCheck.failed(node.node_id, fw, problem, hostname=node.address,
                                                               python=str(of(envs, fw).value))
@@ -106,11 +107,24 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
         if env:
             options["runtime_env"] = env.runtime_env(code_root)
         refs[task.options(**options).remote(fw, node.node_id, emulated, None, (models or {}).get(fw, ()))] = (node, fw)
-    timeout = max((TIMEOUT_S[env.kind if (env := of(envs, fw)) else "default"] for _, fw in targets), default=0)
+    timeout = max((wait_s(env.kind if (env := of(envs, fw)) else "default") for _, fw in targets), default=0)
     for (node, fw), result in _gather(refs, timeout).items():
         found[(node.node_id, fw)] = result if isinstance(result, FrameworkCheck) else FrameworkCheck.failed(
             node.node_id, fw, result, hostname=node.address)
     return [with_hint(found[(node.node_id, fw)], envs) for node, fw in targets]
+
+
+def refuse_bad_timeout() -> None:
+    """$SWEEP_CHECK_TIMEOUT_S, which every check's process reads, refused in one line before anything runs."""
+    try:
+        step_timeout_s()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def wait_s(kind: str) -> float:
+    """How long the driver waits for a check in an environment of this kind ("default": the node's own Python)."""
+    return step_timeout_s() + STARTING_S[kind]
 
 
 def _on(node: Node) -> dict[str, Any]:
@@ -135,8 +149,8 @@ def _gather(refs: dict[Any, tuple[Node, str]], timeout_s: float) -> dict[tuple[N
             out[refs[ref]] = f"the check's process failed: {type(e).__name__}: {first_line(str(e))}"
     for ref in late:
         ray.cancel(ref, force=True)
-        out[refs[ref]] = (f"no answer within {timeout_s:g} s (its node's GPUs busy, or its environment "
-                          "still starting)")
+        out[refs[ref]] = (f"{NO_ANSWER} {timeout_s:g} s (its node's GPUs busy, or its environment still starting; "
+                          f"{TIMEOUT_ENV} gives a busy node longer)")
     return out
 
 

@@ -15,11 +15,13 @@ from typing import Any, Callable, TypeVar
 from sweep.errors import ClusterError
 from sweep.limits import count
 from trainables.config import DDP_TIMEOUT_ENV
+from trainables.probe import TIMEOUT_ENV as CHECK_TIMEOUT_ENV
 
-# Environment of every trial process: quiet TensorFlow logs on each worker; the driver's settings that
-# trials read (SWEEP_DDP_TIMEOUT_S: how long a PyTorch rank waits for its peers, trainables/config.py).
+# Environment of every trial and check process: quiet TensorFlow logs on each worker; the driver's settings that
+# they read (SWEEP_DDP_TIMEOUT_S: how long a PyTorch rank waits for its peers, trainables/config.py;
+# SWEEP_CHECK_TIMEOUT_S: how long a framework check's child may take, trainables/probe.py).
 TRIAL_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONWARNINGS": "ignore::DeprecationWarning",
-             **{k: os.environ[k] for k in (DDP_TIMEOUT_ENV,) if k in os.environ}}
+             **{k: os.environ[k] for k in (DDP_TIMEOUT_ENV, CHECK_TIMEOUT_ENV) if k in os.environ}}
 
 
 @dataclass(frozen=True)

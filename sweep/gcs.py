@@ -15,7 +15,6 @@ watchdog prints the engine's line with the resume command first and exits with L
 """
 from __future__ import annotations
 
-import math
 import os
 import socket
 import sys
@@ -25,6 +24,7 @@ from typing import Callable
 
 from sweep.errors import ClusterError, UsageError
 from sweep.limits import quote, shown
+from trainables.config import env_seconds
 
 LOST_EXIT = 75  # sysexits' EX_TEMPFAIL: nothing is wrong with the input; resume once the cluster is back
 PROBE_TIMEOUT_S = 4.0
@@ -186,16 +186,10 @@ def own_gcs_exited() -> bool:
 def joined_grace() -> float:
     """Seconds a joined cluster's GCS may be away before the run ends: $SWEEP_GCS_GRACE_S, else Ray's minute
     (a GCS with fault tolerance that takes longer to come back needs more; a test that kills one, less)."""
-    raw = os.environ.get(GRACE_VARIABLE)
-    if raw is None:
-        return RAY_RECONNECT_S
     try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not 1 <= seconds <= 3600:
-        raise UsageError(f"{GRACE_VARIABLE}: expected seconds from 1 to 3600, got {quote(raw)}")
-    return seconds
+        return env_seconds(GRACE_VARIABLE, RAY_RECONNECT_S, 3600)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def outlast_ray(joined: bool) -> None:

@@ -110,6 +110,7 @@ def prepare(args: argparse.Namespace) -> Launch:
         raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
     if (args.force or args.retry_failed) and not args.resume:
         raise UsageError("--force and --retry-failed go with --resume")
+    checks.refuse_bad_timeout()
     if address:  # seconds; before the run's state and the data are looked at
         gcs.check_address(address, "--address" if args.address else "RAY_ADDRESS")
     resumed = _resume_target(args, sweep, results) if args.resume else None

@@ -28,12 +28,12 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from sweep import environments
+from sweep import checks, environments
 from sweep.environments import MARKER, env_dir, env_python, made_marker
 from sweep.errors import UsageError
 from trainables.config import FRAMEWORKS
 from trainables.failure import first_line
-from trainables.probe import FrameworkCheck, interpreter_problem
+from trainables.probe import NO_ANSWER, TIMEOUT_ENV, FrameworkCheck, interpreter_problem, step_timeout_s
 
 # The CUDA build of a framework, for --gpu: the same version, the GPU distribution's name.
 GPU_BUILDS = {"mxnet": ("mxnet", "mxnet-cu117")}
@@ -42,7 +42,7 @@ GPU_BUILDS = {"mxnet": ("mxnet", "mxnet-cu117")}
 NEWEST_PYTHON = {"mxnet": (3, 12)}
 DRIVER_ONLY = ("matplotlib",)  # engine dependencies a trial never imports (the report draws in the driver)
 PIP_TIMEOUT_S = 1800
-CHECK_TIMEOUT_S = 600
+CHECK_STARTING_S = 300  # the check's own interpreter, beyond its child's bound: a fresh environment's first imports
 
 
 def project_requirements() -> tuple[list[str], dict[str, list[str]]]:
@@ -148,11 +148,13 @@ def local_check(name: str, python: str) -> FrameworkCheck:
     root = environments.code_root()
     if root:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    timeout_s = step_timeout_s() + CHECK_STARTING_S
     try:
         out = subprocess.run([python, "-m", "trainables.probe", "--check", name], capture_output=True, text=True,
-                             env=env, timeout=CHECK_TIMEOUT_S)
+                             env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return FrameworkCheck.failed("local", name, f"no answer within {CHECK_TIMEOUT_S} s", python=python)
+        return FrameworkCheck.failed("local", name, f"{NO_ANSWER} {timeout_s:g} s ({TIMEOUT_ENV} gives a busy machine "
+                                     "longer)", python=python)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         why = (out.stderr.strip().splitlines() or ["no output"])[-1]
@@ -186,6 +188,7 @@ def table(checks: list[FrameworkCheck], where: dict[str, str]) -> str:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
+    checks.refuse_bad_timeout()  # both commands run the framework check
     if args.env_command == "create":
         return create(args.framework, args.gpu)
     return list_environments()

@@ -10,11 +10,12 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import BARE_HEAD, BARE_NODE, ROOT, run_cli
+from conftest import BARE_HEAD, BARE_NODE, HANG_S, ROOT, TINY, run_cli
 
 from sweep import checks, environments, spec, store
 from sweep.cluster import Node
@@ -275,6 +276,48 @@ def test_the_check_says_why_a_framework_fails_at_import(monkeypatch: pytest.Monk
     found = probe.check("mxnet", "node", emulated=True)
     assert not found.ok and found.version is None
     assert found.reason.startswith("mxnet fails at import: OSError: ") and str(not_a_library) in found.reason
+
+
+SLOW_NETS = "import time\n\ntime.sleep(60)\n\n\ndef build(num_classes, image_size):\n    raise AssertionError('never built')\n"
+
+
+def test_a_check_past_its_bound_says_so_and_names_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A check is bounded (SWEEP_CHECK_TIMEOUT_S, 300 s by default): a node too busy to answer in time (here a model
+    module that sleeps at import) fails its check with the bound and the variable that gives it longer."""
+    (tmp_path / "slow_nets.py").write_text(SLOW_NETS)
+    monkeypatch.setenv(probe.TIMEOUT_ENV, "2")
+    started = time.monotonic()
+    found = probe.check("mxnet", "node", emulated=True, models=(("slow_nets:build", 32, 10),), code=str(tmp_path))
+    assert not found.ok and found.reason == "no answer within 2 s (SWEEP_CHECK_TIMEOUT_S gives a busy node longer)"
+    assert time.monotonic() - started < 60  # the bound ended it, not the module's sleep
+    assert checks.wait_s("default") == 62 and checks.wait_s("pip") == 662  # the driver's wait: Ray's start beyond it
+
+
+@pytest.mark.parametrize("run", [False, True], ids=["env list", "run"])
+def test_a_bad_check_bound_is_one_line_before_anything_runs(run: bool, tmp_path: Path) -> None:
+    command = [TINY, "--results", str(tmp_path / "results")] if run else ["env", "list"]
+    out = run_cli(*command, env={probe.TIMEOUT_ENV: "soon"}, timeout=120)
+    assert out.returncode == 2 and out.stderr == "error: SWEEP_CHECK_TIMEOUT_S: expected seconds from 1 to 86400, got 'soon'\n"
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_a_joined_clusters_checks_take_the_drivers_bound(tmp_path: Path, shared_ray: list[str]) -> None:
+    """The bound reaches every node's check with the run (sweep/cluster.py: TRIAL_ENV), whatever the node was started
+    with: the shared cluster's own processes hold the suite's 1800 s."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "slow_nets.py").write_text(SLOW_NETS)
+    path = tmp_path / "slow.yaml"
+    path.write_text("description: a check that cannot answer in time\n"
+                    "fixed: {model: 'slow_nets:build', framework: mxnet, num_gpus: 1, batch_per_gpu: 8, epochs: 1,\n"
+                    "        lr: 0.05, data: synthetic, steps_per_epoch: 2, warmup_steps: 1}\n")
+    results = tmp_path / "results"
+    out = run_cli(str(path), "--code", str(code), "--results", str(results), *shared_ray, timeout=HANG_S,
+                  env={probe.TIMEOUT_ENV: "2"})
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr
+    assert "FAILED: no answer within 2 s (SWEEP_CHECK_TIMEOUT_S gives a busy node longer)" in out.stdout, out.stdout
+    assert "1 of 1 trials fit no node" in out.stderr and not results.exists()
 
 
 def test_a_passing_check_is_kept_for_the_rest_of_a_test_run_and_only_there(monkeypatch: pytest.MonkeyPatch,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -47,6 +48,22 @@ COMPILERS = {"tensorflow": "xla", "pytorch": "inductor", "keras/jax": "xla", "ke
 # validation pass. Read from the driver's environment, passed to every trial process (sweep/cluster.py).
 DDP_TIMEOUT_ENV = "SWEEP_DDP_TIMEOUT_S"
 DDP_DEFAULT_TIMEOUT_S = 1800.0
+
+
+def env_seconds(variable: str, default: float, most: float) -> float:
+    """Seconds from an environment variable, `default` where it is unset; ValueError naming the variable for anything
+    but a number from 1 to `most` (each driver says it in one line before anything runs: sweep/gcs.py, sweep/checks.py)."""
+    raw = os.environ.get(variable)
+    if raw is None:
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 1 <= seconds <= most:
+        given = raw if len(raw) <= 40 else raw[:37] + "..."  # a line, whatever the variable holds
+        raise ValueError(f"{variable}: expected seconds from 1 to {most:g}, got {given!r}")
+    return seconds
 
 
 def ddp_timeout_s() -> float:

@@ -31,11 +31,23 @@ from importlib import metadata
 from pathlib import Path
 
 from trainables import environment
-from trainables.config import runs_as
+from trainables.config import env_seconds, runs_as
 from trainables.failure import TrialError, first_line, trial_error
 
 PREFIX = "SWEEP_PROBE "  # the child's result lines, among whatever the framework prints
-STEP_TIMEOUT_S = 300
+# How long the check's child may take to import its framework and train its step: seconds on an idle node, minutes
+# on a busy one (keras on jax took 272 s of wall time for 17 CPU-s beside CI's first lane on two cores). The driver
+# reads it from its environment (sweep/launch.py refuses a bad value) and passes it to every node (sweep/cluster.py).
+TIMEOUT_ENV = "SWEEP_CHECK_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 300.0
+NO_ANSWER = "no answer within"
+
+
+def step_timeout_s() -> float:
+    """$SWEEP_CHECK_TIMEOUT_S, else 300 s; ValueError naming the variable for anything but seconds from 1 to 86400."""
+    return env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, 86400)
+
+
 # CUDA errors that mean "this build has no code for this GPU" (cudaErrorNoKernelImageForDevice,
 # CUDA_ERROR_NO_BINARY_FOR_GPU, and cudaErrorInvalidDeviceFunction from older runtimes).
 NO_KERNEL_WORDS = ("no kernel image is available", "no_binary_for_gpu", "invalid device function")
@@ -217,7 +229,9 @@ def check(name: str, node_id: str, emulated: bool | None, gpu_id: str | None = N
             _keep(kept, said)
     build = Build(**{**said["build"], "archs": tuple(said["build"]["archs"] or ()) or None}) if "build" in said else None
     reason: str | None
-    if build is None:
+    if died and died.startswith(NO_ANSWER):  # whatever it said so far: it was not done
+        reason = died
+    elif build is None:
         if "import_error" in said:
             kind, message, _ = said["import_error"]
             reason = (f"{said['missing']} is not installed for {sys.executable}" if said.get("missing") else
@@ -243,13 +257,13 @@ def _probe(command: list[str], env: dict[str, str]) -> tuple[dict[str, object], 
     """The child's run: what it said (its PREFIX lines), and how it died, None where it exited 0."""
     said: dict[str, object] = {}
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, env=env)
+        out = subprocess.run(command, capture_output=True, text=True, timeout=step_timeout_s(), env=env)
         for line in out.stdout.splitlines():
             if line.startswith(PREFIX):
                 said.update(json.loads(line[len(PREFIX):]))
         died = None if out.returncode == 0 else f"{_death(out.returncode)}: {_last_line(out.stderr)}"
     except subprocess.TimeoutExpired:
-        died = f"no answer within {STEP_TIMEOUT_S} s"
+        died = f"{NO_ANSWER} {step_timeout_s():g} s ({TIMEOUT_ENV} gives a busy node longer)"
     return said, died
 
 
