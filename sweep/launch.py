@@ -56,6 +56,7 @@ class Launch:
     searches: list[Search] = field(default_factory=list)  # batch_per_gpu: max, one per configuration (sweep/max_batch.py)
     capacity_mib: float | None = None  # --emulate-gpu-memory: each emulated device's memory; None: not limited
     code: str | None = None  # --code DIR: the folder of the models' code, shipped to every node (Ray's working_dir)
+    refused: dict[str, str] = field(default_factory=dict)  # trial_id -> why emulated devices cannot run it (skipped)
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -139,9 +140,16 @@ def prepare(args: argparse.Namespace) -> Launch:
         trials += [t for t in max_batch.next_trials(searches, RunStore(resumed.run_dir).trial_rows(), capacity)
                    if t.trial_id not in listed]
     nodes, gpus_per_node = 1, real_gpus
+    refused: dict[str, str] = {}
     if emulated:
         check_emulation(all_trials)
-        _check_emulated_precision(all_trials)
+        # Recorded as infeasible under --skip-infeasible, as a trial too big for every node is; a search's probe is
+        # not (its next probes would be refused in turn): the run stops.
+        refused = _emulated_refusals(trials)
+        probes = any(t.max_batch_probe for t in trials if t.trial_id in refused)
+        if refused and (probes or not args.skip_infeasible):
+            raise UsageError(next(iter(refused.values())) + (
+                "" if probes else "; --skip-infeasible records such trials as infeasible and runs the rest"))
         nodes, gpus_per_node = emulated_shape(all_trials, args.emulate_gpus)
         why = "GPU emulation asked for" if args.emulate_gpus else "no GPU found"
         where = (f"{nodes} Ray nodes on this machine with {limits.count(gpus_per_node, 'GPU')} each" if nodes > 1
@@ -155,8 +163,11 @@ def prepare(args: argparse.Namespace) -> Launch:
     data_dir = _data_dir(args, sweep, trials + training, scale, resumed)
     reach(results, args.results, write=True)  # after every other check, before Ray starts
     run_id = resumed.meta.run_id if resumed else store.new_run_id()
+    if refused:
+        print(f"{limits.count(len(refused), 'trial')} skipped as infeasible (--skip-infeasible): "
+              f"{next(iter(refused.values()))}" + (" (and the like)" if len(refused) > 1 else ""))
     return Launch(sweep, scale, results, address, all_trials, trials, resumed, data_dir, emulated, nodes, gpus_per_node,
-                  envs, run_id, searches, capacity, code)
+                  envs, run_id, searches, capacity, code, refused)
 
 
 def _capacity(args: argparse.Namespace, emulated: bool | None, resumed: RunState | None) -> float | None:
@@ -199,18 +210,22 @@ def _check_interpreters(args: argparse.Namespace, sweep: Sweep, envs: dict[str, 
         raise UsageError(refusal)
 
 
-def _check_emulated_precision(trials: list[TrialConfig]) -> None:
-    """Emulated devices are CPUs: MXNet 1.9.1 has no fp16 matrix multiply there (its first fp16 step fails
-    with "FP16 gemm on cpu not implemented"), so its fp16 trials need GPUs; its bf16 needs AVX-512 in this
-    machine's CPU (trainables/environment.py). TensorFlow and PyTorch run both on any CPU."""
+def _emulated_refusals(trials: list[TrialConfig]) -> dict[str, str]:
+    """trial_id -> why it cannot run on emulated devices. Those are CPUs: MXNet 1.9.1 has no fp16 matrix multiply
+    there (its first fp16 step fails with "FP16 gemm on cpu not implemented"), so its fp16 trials need GPUs; its bf16
+    needs AVX-512 in this machine's CPU (trainables/environment.py). TensorFlow and PyTorch run both on any CPU."""
     bf16_problem = mxnet_bf16_cpu_problem(cpu_flags())
+    refused = {}
     for t in trials:
         if t.framework == "mxnet" and t.precision == "fp16":
-            raise UsageError(f"MXNet trial {t.trial_id} asks for fp16, which MXNet cannot run on the CPU devices that "
-                             "emulate GPUs here (no fp16 matrix multiply on CPUs): run it on GPUs, or bf16 on a CPU with AVX-512")
+            refused[t.trial_id] = (f"MXNet trial {t.trial_id} asks for fp16, which MXNet cannot run on the CPU devices "
+                                   "that emulate GPUs here (no fp16 matrix multiply on CPUs): run it on GPUs, or bf16 on "
+                                   "a CPU with AVX-512")
         if t.framework == "mxnet" and t.precision == "bf16" and bf16_problem:
-            raise UsageError(f"MXNet trial {t.trial_id} asks for bf16, which the CPU devices that emulate GPUs here "
-                             f"cannot run ({bf16_problem}): use another precision here, or another framework's bf16")
+            refused[t.trial_id] = (f"MXNet trial {t.trial_id} asks for bf16, which the CPU devices that emulate GPUs "
+                                   f"here cannot run ({bf16_problem}): use another precision here, or another "
+                                   "framework's bf16")
+    return refused
 
 
 def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) -> RunState:
@@ -357,7 +372,8 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
     for line in dashboard.banner(cluster):  # dashboard URL, where its token is, metrics endpoint
         print(line)
     target = started_target(cluster, launch.emulated)
-    trials = with_host_cpus(launch.trials, target)  # the CPUs each reserves: a fact of this cluster
+    every = with_host_cpus(launch.trials, target)  # the CPUs each reserves: a fact of this cluster
+    trials = [t for t in every if t.trial_id not in launch.refused]  # refused before Ray: recorded below, not checked
     found: list[FrameworkCheck] = []
     if args.skip_infeasible or not checks.unplaceable(trials, cluster.nodes, found):  # (too big anywhere: stop now)
         # Each framework on each node, in its environment, before any trial: where it can run at all.
@@ -385,10 +401,10 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
     run = _open_run(launch, session)  # the store is written only now, once every check has passed
     opened.set()
     meta = run.meta
-    for t in trials:
-        if t.trial_id in bad:
+    for t in every:
+        if why := launch.refused.get(t.trial_id) or bad.get(t.trial_id):
             summary = store.summarize(t.trial_id, t, [], Status.INFEASIBLE, columns)
-            run.finish_trial({**summary, "error_type": "Infeasible", "error": bad[t.trial_id]}, [])
+            run.finish_trial({**summary, "error_type": "Infeasible", "error": why}, [])
     trials = ordered  # those that fit, in the plan's order
     runtime = TrialRuntime(run_dir=str(run.dir), data_dir=launch.data_dir, emulated=launch.emulated,
                            columns=columns, label_axes=spec.label_axes(launch.all_trials),

@@ -22,7 +22,7 @@ class Status(StrEnum):
     FAILED = "failed"
     OOM = "oom"
     DIVERGED = "diverged"  # the training loss turned non-finite: a result, not a fault
-    INFEASIBLE = "infeasible"  # fits no node of the cluster
+    INFEASIBLE = "infeasible"  # fits no node of the cluster, or asks what emulated GPUs cannot run
 
     @property
     def done(self) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, run_cli
+from conftest import HANG_S, ROOT, run_cli
 
+from sweep import store
+from sweep.store import RunStore
 from trainables.config import TrialConfig
 from trainables.environment import ONEDNN_BF16_FLAGS, cpu_flags, mxnet_bf16_cpu_problem
 from trainables.loop import Devices
@@ -147,7 +150,6 @@ def test_mxnet_bf16_without_avx512_is_refused_before_the_run_and_in_the_trial(mo
     nothing of why. The driver refuses such a trial on emulated devices in one line, and a trial that runs anyway (a
     joined cluster's node) fails at once with the reason. Checked here with an AVX2 CPU's flags, whatever this CPU is."""
     from sweep import launch
-    from sweep.errors import UsageError
     from trainables import environment
     from trainables.mxnet.backend import Backend
 
@@ -157,9 +159,10 @@ def test_mxnet_bf16_without_avx512_is_refused_before_the_run_and_in_the_trial(mo
     for where in (launch, environment):
         monkeypatch.setattr(where, "cpu_flags", lambda: avx2)
     bf16 = TrialConfig("mxnet", "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.1, precision="bf16")
-    with pytest.raises(UsageError, match=f"MXNet trial {bf16.trial_id} asks for bf16, .*this CPU lacks avx512f"):
-        launch._check_emulated_precision([replace(bf16, precision="tf32"), bf16])
-    launch._check_emulated_precision([replace(bf16, framework="tensorflow"), replace(bf16, framework="pytorch")])
+    refused = launch._emulated_refusals([replace(bf16, precision="tf32"), bf16])
+    assert list(refused) == [bf16.trial_id]
+    assert re.fullmatch(f"MXNet trial {bf16.trial_id} asks for bf16, .*this CPU lacks avx512f.*", refused[bf16.trial_id])
+    assert launch._emulated_refusals([replace(bf16, framework="tensorflow"), replace(bf16, framework="pytorch")]) == {}
     with pytest.raises(RuntimeError, match="^MXNet's bf16 on a CPU needs AVX-512 for oneDNN; this CPU lacks avx512f, avx512bw, avx512vl, avx512dq$"):
         Backend(bf16, Devices.of(["0"], emulated=True), 32)
 
@@ -171,7 +174,29 @@ def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -
     out = run_cli("run", str(sweep), "--results", str(tmp_path / "results"), timeout=120)
     assert out.returncode == 2, out.stderr[-2000:]
     assert "asks for fp16, which MXNet cannot run on the CPU devices" in out.stderr
+    assert out.stderr.rstrip().endswith("; --skip-infeasible records such trials as infeasible and runs the rest")
     assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_skip_infeasible_records_what_emulated_devices_cannot_run_and_runs_the_rest(tmp_path: Path) -> None:
+    """Under --skip-infeasible an MXNet fp16 trial (no fp16 on CPUs) is recorded as infeasible, with the reason, as a
+    trial too big for every node is, and the sweep's other trials run; a resume has nothing left to do."""
+    sweep = tmp_path / "mixed.yaml"
+    sweep.write_text('description: "x"\nfixed: {model: resnet8_cifar, num_gpus: 1, batch_per_gpu: 4, epochs: 1, lr: 0.1, '
+                     'data: synthetic, steps_per_epoch: 2, warmup_steps: 1}\n'
+                     'grid: {framework: [mxnet, pytorch], precision: [fp16]}\n')
+    results = tmp_path / "results"
+    out = run_cli("run", str(sweep), "--results", str(results), "--skip-infeasible", "--dashboard", "off", timeout=HANG_S)
+    assert "1 trial skipped as infeasible (--skip-infeasible): MXNet trial " in out.stdout, out.stdout + out.stderr[-2000:]
+    run_dir = store.run_dirs(results, "mixed")[-1]
+    summaries = RunStore(run_dir).trial_rows()
+    by_framework = {r["framework"]: r for r in summaries}
+    assert by_framework["pytorch"]["status"] == "completed", by_framework["pytorch"]
+    assert by_framework["mxnet"]["status"] == "infeasible" and by_framework["mxnet"]["error_type"] == "Infeasible"
+    assert "asks for fp16, which MXNet cannot run on the CPU devices" in by_framework["mxnet"]["error"]
+    again = run_cli("run", str(sweep), "--results", str(results), "--resume", "--dashboard", "off", timeout=HANG_S)
+    assert again.returncode == 2 and "nothing to resume" in again.stderr, again.stdout[-2000:] + again.stderr
 
 
 @pytest.mark.slow
