@@ -24,15 +24,14 @@ from sweep.batch_search import Search
 from sweep.environments import Environment
 from sweep.errors import UsageError
 from sweep.location import Location
-from sweep.plan import (Plan, Target, build, check_emulation, emulated_shape, last_run, stand_in, started_target,
-                        with_host_cpus)
+from sweep.plan import (Plan, Target, build, check_emulation, emulated_refusals, emulated_shape, last_run, stand_in,
+                        started_target, with_host_cpus)
 from sweep.runs import RunState, latest_unfinished, reach, read_run, results_location, resume_command, run_by_id
 from sweep.schema import Status
 from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
 from sweep.version import engine_version, git_commit
 from trainables.config import TrialConfig
-from trainables.environment import cpu_flags, mxnet_bf16_cpu_problem
 from trainables.probe import FrameworkCheck
 
 
@@ -145,7 +144,7 @@ def prepare(args: argparse.Namespace) -> Launch:
         check_emulation(all_trials)
         # Recorded as infeasible under --skip-infeasible, as a trial too big for every node is; a search's probe is
         # not (its next probes would be refused in turn): the run stops.
-        refused = _emulated_refusals(trials)
+        refused = emulated_refusals(trials)
         probes = any(t.max_batch_probe for t in trials if t.trial_id in refused)
         if refused and (probes or not args.skip_infeasible):
             raise UsageError(next(iter(refused.values())) + (
@@ -208,24 +207,6 @@ def _check_interpreters(args: argparse.Namespace, sweep: Sweep, envs: dict[str, 
         raise UsageError(f"{given}: no interpreter {program} on this machine, where the embedded Ray runs the trials")
     if refusal := environments.backend_refusal(names, envs):  # the check would find the same, once Ray started
         raise UsageError(refusal)
-
-
-def _emulated_refusals(trials: list[TrialConfig]) -> dict[str, str]:
-    """trial_id -> why it cannot run on emulated devices. Those are CPUs: MXNet 1.9.1 has no fp16 matrix multiply
-    there (its first fp16 step fails with "FP16 gemm on cpu not implemented"), so its fp16 trials need GPUs; its bf16
-    needs AVX-512 in this machine's CPU (trainables/environment.py). TensorFlow and PyTorch run both on any CPU."""
-    bf16_problem = mxnet_bf16_cpu_problem(cpu_flags())
-    refused = {}
-    for t in trials:
-        if t.framework == "mxnet" and t.precision == "fp16":
-            refused[t.trial_id] = (f"MXNet trial {t.trial_id} asks for fp16, which MXNet cannot run on the CPU devices "
-                                   "that emulate GPUs here (no fp16 matrix multiply on CPUs): run it on GPUs, or bf16 on "
-                                   "a CPU with AVX-512")
-        if t.framework == "mxnet" and t.precision == "bf16" and bf16_problem:
-            refused[t.trial_id] = (f"MXNet trial {t.trial_id} asks for bf16, which the CPU devices that emulate GPUs "
-                                   f"here cannot run ({bf16_problem}): use another precision here, or another "
-                                   "framework's bf16")
-    return refused
 
 
 def _resume_target(args: argparse.Namespace, sweep: Sweep, results: Location) -> RunState:
@@ -421,7 +402,9 @@ def _run(args: argparse.Namespace, launch: Launch, cluster: Any, command: str, o
     bounds = max_batch.boundary_probes(run.trial_rows())
     not_ok = [s for tid, s in state.finished.items() if not s.done and tid not in bounds]
     pending = state.pending(False)
-    print(f"done: {len(state.finished) - len(not_ok) - len(bounds)} completed, {len(not_ok)} failed, "
+    infeasible = sum(s == Status.INFEASIBLE for s in not_ok)  # recorded, never started: not failures of a trial
+    print(f"done: {len(state.finished) - len(not_ok) - len(bounds)} completed, {len(not_ok) - infeasible} failed, "
+          + (f"{infeasible} infeasible, " if infeasible else "")
           + (f"{len(bounds)} probes out of memory (the searches' boundaries), " if bounds else "")
           + f"{len(pending)} not finished; results in {run.dir}")
     if comparison := estimates.compare(run.meta, run.trial_rows()):

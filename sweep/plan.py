@@ -220,6 +220,26 @@ def check_emulation(trials: Sequence[TrialConfig]) -> None:
                          f"{limits.MAX_EMULATED_GPUS} per node: run them on a cluster (--address)")
 
 
+def emulated_refusals(trials: list[TrialConfig]) -> dict[str, str]:
+    """trial_id -> why it cannot run on emulated devices. Those are CPUs: MXNet 1.9.1 has no fp16 matrix multiply
+    there (its first fp16 step fails with "FP16 gemm on cpu not implemented"), so its fp16 trials need GPUs; its bf16
+    needs AVX-512 in this machine's CPU (trainables/environment.py). TensorFlow and PyTorch run both on any CPU."""
+    from trainables.environment import cpu_flags, mxnet_bf16_cpu_problem
+
+    bf16_problem = mxnet_bf16_cpu_problem(cpu_flags())
+    refused = {}
+    for t in trials:
+        if t.framework == "mxnet" and t.precision == "fp16":
+            refused[t.trial_id] = (f"MXNet trial {t.trial_id} asks for fp16, which MXNet cannot run on the CPU devices "
+                                   "that emulate GPUs here (no fp16 matrix multiply on CPUs): run it on GPUs, or bf16 on "
+                                   "a CPU with AVX-512")
+        if t.framework == "mxnet" and t.precision == "bf16" and bf16_problem:
+            refused[t.trial_id] = (f"MXNet trial {t.trial_id} asks for bf16, which the CPU devices that emulate GPUs "
+                                   f"here cannot run ({bf16_problem}): use another precision here, or another "
+                                   "framework's bf16")
+    return refused
+
+
 def emulated_shape(trials: Sequence[TrialConfig], emulate_gpus: int | None) -> tuple[int, int]:
     """(Ray nodes, GPUs each) of an embedded Ray with emulated GPUs: as many nodes as the widest trial
     spans, each with --emulate-gpus GPUs or twice the GPUs per node of the largest trial."""
@@ -393,6 +413,10 @@ def _notes(trials: list[TrialConfig], target: Target) -> list[str]:
         return [f"note: no pip build of MXNet runs on {model} (Hopper): the framework check before the trials stops "
                 "the run unless MXNet gets an environment with a Hopper build (--env, environments:; docs/gpus.md), "
                 "or --skip-infeasible records its trials as infeasible"]
+    if target.hardware.kind == "cpu-emulated" and (refused := emulated_refusals(trials)):
+        more = f" (and {count(len(refused) - 1, 'more trial')})" if len(refused) > 1 else ""
+        return [f"note: {next(iter(refused.values()))}{more}; `run` stops here, or --skip-infeasible records such "
+                "trials as infeasible"]
     return []
 
 

@@ -149,20 +149,19 @@ def test_mxnet_bf16_without_avx512_is_refused_before_the_run_and_in_the_trial(mo
     """MXNet's bf16 on a CPU needs AVX-512 (oneDNN's): on an AVX2-only CPU its first convolution failed in words that say
     nothing of why. The driver refuses such a trial on emulated devices in one line, and a trial that runs anyway (a
     joined cluster's node) fails at once with the reason. Checked here with an AVX2 CPU's flags, whatever this CPU is."""
-    from sweep import launch
+    from sweep import plan
     from trainables import environment
     from trainables.mxnet.backend import Backend
 
     avx2 = {"fpu", "sse4_2", "avx", "avx2", "fma", "f16c"}
     assert mxnet_bf16_cpu_problem(avx2 | set(ONEDNN_BF16_FLAGS)) is None and mxnet_bf16_cpu_problem(None) is None
     assert mxnet_bf16_cpu_problem(avx2 | {"avx512f", "avx512bw"}).endswith("this CPU lacks avx512vl, avx512dq")
-    for where in (launch, environment):
-        monkeypatch.setattr(where, "cpu_flags", lambda: avx2)
+    monkeypatch.setattr(environment, "cpu_flags", lambda: avx2)
     bf16 = TrialConfig("mxnet", "resnet8_cifar", num_gpus=1, batch_per_gpu=4, epochs=1, lr=0.1, precision="bf16")
-    refused = launch._emulated_refusals([replace(bf16, precision="tf32"), bf16])
+    refused = plan.emulated_refusals([replace(bf16, precision="tf32"), bf16])
     assert list(refused) == [bf16.trial_id]
     assert re.fullmatch(f"MXNet trial {bf16.trial_id} asks for bf16, .*this CPU lacks avx512f.*", refused[bf16.trial_id])
-    assert launch._emulated_refusals([replace(bf16, framework="tensorflow"), replace(bf16, framework="pytorch")]) == {}
+    assert plan.emulated_refusals([replace(bf16, framework="tensorflow"), replace(bf16, framework="pytorch")]) == {}
     with pytest.raises(RuntimeError, match="^MXNet's bf16 on a CPU needs AVX-512 for oneDNN; this CPU lacks avx512f, avx512bw, avx512vl, avx512dq$"):
         Backend(bf16, Devices.of(["0"], emulated=True), 32)
 
@@ -176,6 +175,10 @@ def test_mxnet_fp16_on_emulated_devices_is_refused_in_one_line(tmp_path: Path) -
     assert "asks for fp16, which MXNet cannot run on the CPU devices" in out.stderr
     assert out.stderr.rstrip().endswith("; --skip-infeasible records such trials as infeasible and runs the rest")
     assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "results").exists()
+    planned = run_cli("plan", str(sweep), "--results", str(tmp_path / "results"), timeout=120)  # says so before a run
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert re.search(r"^note: MXNet trial \w+ asks for fp16, which MXNet cannot run .*; `run` stops here, or "
+                     r"--skip-infeasible records such trials as infeasible$", planned.stdout, re.M), planned.stdout
 
 
 @pytest.mark.slow
@@ -189,6 +192,7 @@ def test_skip_infeasible_records_what_emulated_devices_cannot_run_and_runs_the_r
     results = tmp_path / "results"
     out = run_cli("run", str(sweep), "--results", str(results), "--skip-infeasible", "--dashboard", "off", timeout=HANG_S)
     assert "1 trial skipped as infeasible (--skip-infeasible): MXNet trial " in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "done: 1 completed, 0 failed, 1 infeasible, 0 not finished" in out.stdout and out.returncode == 1
     run_dir = store.run_dirs(results, "mixed")[-1]
     summaries = RunStore(run_dir).trial_rows()
     by_framework = {r["framework"]: r for r in summaries}
