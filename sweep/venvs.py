@@ -28,7 +28,8 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from sweep import checks, environments
+from sweep import environments
+from sweep.checks import refuse_bad_timeout
 from sweep.environments import MARKER, env_dir, env_python, made_marker
 from sweep.errors import UsageError
 from trainables.config import FRAMEWORKS
@@ -188,7 +189,7 @@ def table(checks: list[FrameworkCheck], where: dict[str, str]) -> str:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    checks.refuse_bad_timeout()  # both commands run the framework check
+    refuse_bad_timeout()  # both commands run the framework check
     if args.env_command == "create":
         return create(args.framework, args.gpu)
     return list_environments()

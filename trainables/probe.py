@@ -256,14 +256,15 @@ def check(name: str, node_id: str, emulated: bool | None, gpu_id: str | None = N
 def _probe(command: list[str], env: dict[str, str]) -> tuple[dict[str, object], str | None]:
     """The child's run: what it said (its PREFIX lines), and how it died, None where it exited 0."""
     said: dict[str, object] = {}
+    timeout_s = step_timeout_s()
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=step_timeout_s(), env=env)
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
         for line in out.stdout.splitlines():
             if line.startswith(PREFIX):
                 said.update(json.loads(line[len(PREFIX):]))
         died = None if out.returncode == 0 else f"{_death(out.returncode)}: {_last_line(out.stderr)}"
     except subprocess.TimeoutExpired:
-        died = f"{NO_ANSWER} {step_timeout_s():g} s ({TIMEOUT_ENV} gives a busy node longer)"
+        died = f"{NO_ANSWER} {timeout_s:g} s ({TIMEOUT_ENV} gives a busy node longer)"
     return said, died
 
 
