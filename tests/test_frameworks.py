@@ -10,7 +10,6 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -286,10 +285,9 @@ def test_a_check_past_its_bound_says_so_and_names_the_variable(monkeypatch: pyte
     module that sleeps at import) fails its check with the bound and the variable that gives it longer."""
     (tmp_path / "slow_nets.py").write_text(SLOW_NETS)
     monkeypatch.setenv(probe.TIMEOUT_ENV, "2")
-    started = time.monotonic()
     found = probe.check("mxnet", "node", emulated=True, models=(("slow_nets:build", 32, 10),), code=str(tmp_path))
+    # The bound ended it, not the module's sleep: past that, the check would have said the model's own error.
     assert not found.ok and found.reason == "no answer within 2 s (SWEEP_CHECK_TIMEOUT_S gives a busy node longer)"
-    assert time.monotonic() - started < 60  # the bound ended it, not the module's sleep
     assert checks.wait_s("default") == 62 and checks.wait_s("pip") == 662  # the driver's wait: Ray's start beyond it
 
 
