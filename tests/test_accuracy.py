@@ -62,10 +62,10 @@ def probe_pytorch(command: list[str], devices: int) -> list[dict]:
 
 
 # PyTorch on several devices starts a process per device, and TensorFlow on several builds a MirroredStrategy
-# (~9 s each here), and TensorFlow's import takes 7-16 s: in the slow lane (the fast one keeps MXNet on 1-3 devices and
-# PyTorch on 1).
-CASES = [("mxnet", n) for n in (1, 2, 3)] + [("pytorch", 1)] + [
-    pytest.param(fw, n, marks=pytest.mark.slow) for fw, n in [("tensorflow", 1), ("tensorflow", 2), ("tensorflow", 3), ("pytorch", 2), ("pytorch", 3)]]
+# (~9 s each here), and TensorFlow's import takes 7-16 s: in the slow lane (the fast one keeps MXNet on 1 and 2 devices
+# and PyTorch on 1; MXNet on 3, ~8 CPU-s, runs in the full suite: issue 46, the fast lane's 3 minutes).
+CASES = [("mxnet", 1), ("mxnet", 2), ("pytorch", 1)] + [
+    pytest.param(fw, n, marks=pytest.mark.slow) for fw, n in [("mxnet", 3), ("tensorflow", 1), ("tensorflow", 2), ("tensorflow", 3), ("pytorch", 2), ("pytorch", 3)]]
 
 
 def limit_of(devices: int) -> int:

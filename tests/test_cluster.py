@@ -69,6 +69,7 @@ def test_sweep_on_two_nodes_uses_both_and_never_shares_a_gpu(cluster, tmp_path: 
     assert (summary.device_kind == "cpu-emulated").all()
 
 
+@pytest.mark.slow  # the module's two-node cluster: ~20 CPU-s to start (issue 46, the fast lane's 3 minutes)
 def test_infeasible_trial_is_rejected_within_seconds(cluster, tmp_path: Path) -> None:
     head, _ = cluster
     results = tmp_path / "results"
@@ -82,6 +83,7 @@ def test_infeasible_trial_is_rejected_within_seconds(cluster, tmp_path: Path) ->
     assert not results.exists()
 
 
+@pytest.mark.slow  # the module's two-node cluster: ~20 CPU-s to start (issue 46, the fast lane's 3 minutes)
 def test_plan_reads_the_joined_clusters_nodes_and_starts_nothing(cluster, tmp_path: Path) -> None:
     head, _ = cluster
     results = tmp_path / "results"
