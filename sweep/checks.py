@@ -28,7 +28,7 @@ from typing import Any
 from sweep import limits
 from sweep.cluster import Node, infeasible
 from sweep.environments import Environment, made_by, made_environment, of, with_hint
-from sweep.errors import UsageError
+from sweep.errors import read_or_refuse
 from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.failure import first_line
@@ -116,10 +116,7 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
 
 def refuse_bad_timeout() -> None:
     """$SWEEP_CHECK_TIMEOUT_S, which every check's process reads, refused in one line before anything runs."""
-    try:
-        step_timeout_s()
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    read_or_refuse(step_timeout_s)
 
 
 def wait_s(kind: str) -> float:

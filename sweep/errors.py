@@ -1,6 +1,10 @@
 """The errors a user can fix: each message is the one line the CLI prints before it exits with 2."""
 from __future__ import annotations
 
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
 
 class UserError(Exception):
     """Bad input or an unusable resource, said in one line; never a traceback."""
@@ -24,3 +28,12 @@ class ClusterError(UserError):
 
 class FetchError(UserError):
     """A download, check or unpack that failed."""
+
+
+def read_or_refuse(read: Callable[[], T]) -> T:
+    """What `read` returns; its ValueError (a setting of the environment that says its name) as a UsageError, so that
+    the driver says it in one line before anything runs (trainables/config.py: env_seconds)."""
+    try:
+        return read()
+    except ValueError as e:
+        raise UsageError(str(e)) from None

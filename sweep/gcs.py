@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Callable
 
-from sweep.errors import ClusterError, UsageError
+from sweep.errors import ClusterError, read_or_refuse
 from sweep.limits import quote, shown
 from trainables.config import env_seconds
 
@@ -186,10 +186,7 @@ def own_gcs_exited() -> bool:
 def joined_grace() -> float:
     """Seconds a joined cluster's GCS may be away before the run ends: $SWEEP_GCS_GRACE_S, else Ray's minute
     (a GCS with fault tolerance that takes longer to come back needs more; a test that kills one, less)."""
-    try:
-        return env_seconds(GRACE_VARIABLE, RAY_RECONNECT_S, 3600)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    return read_or_refuse(lambda: env_seconds(GRACE_VARIABLE, RAY_RECONNECT_S, 3600))
 
 
 def outlast_ray(joined: bool) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from sweep import checks, environments, estimates, gcs, limits, max_batch, overrides, spec, store
 from sweep.batch_search import Search
 from sweep.environments import Environment
-from sweep.errors import UsageError
+from sweep.errors import UsageError, read_or_refuse
 from sweep.location import Location
 from sweep.plan import (Plan, Target, build, check_emulation, emulated_refusals, emulated_shape, last_run, stand_in,
                         started_target, with_host_cpus)
@@ -31,7 +31,7 @@ from sweep.schema import Status
 from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
 from sweep.version import engine_version, git_commit
-from trainables.config import TrialConfig
+from trainables.config import TrialConfig, ddp_timeout_s
 from trainables.probe import FrameworkCheck
 
 
@@ -111,6 +111,7 @@ def prepare(args: argparse.Namespace) -> Launch:
     if (args.force or args.retry_failed) and not args.resume:
         raise UsageError("--force and --retry-failed go with --resume")
     checks.refuse_bad_timeout()
+    read_or_refuse(ddp_timeout_s)  # every PyTorch rank and its trial's coordinator read it
     if address:  # seconds; before the run's state and the data are looked at
         gcs.check_address(address, "--address" if args.address else "RAY_ADDRESS")
     resumed = _resume_target(args, sweep, results) if args.resume else None

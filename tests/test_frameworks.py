@@ -21,6 +21,7 @@ from sweep.cluster import Node
 from sweep.environments import Environment
 from sweep.errors import SpecError, UsageError
 from trainables import probe
+from trainables.config import DDP_TIMEOUT_ENV
 from trainables.failure import TrialError
 from trainables.probe import Build, FrameworkCheck
 
@@ -291,11 +292,14 @@ def test_a_check_past_its_bound_says_so_and_names_the_variable(monkeypatch: pyte
     assert checks.wait_s("default") == 62 and checks.wait_s("pip") == 662  # the driver's wait: Ray's start beyond it
 
 
-@pytest.mark.parametrize("run", [False, True], ids=["env list", "run"])
-def test_a_bad_check_bound_is_one_line_before_anything_runs(run: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("variable,run", [(probe.TIMEOUT_ENV, False), (probe.TIMEOUT_ENV, True), (DDP_TIMEOUT_ENV, True)],
+                         ids=["check bound, env list", "check bound, run", "ranks' bound, run"])
+def test_a_bad_bound_is_one_line_before_anything_runs(variable: str, run: bool, tmp_path: Path) -> None:
+    """The seconds a run's processes read from the environment: a bad value is the driver's one line, not a trial's
+    traceback (the ranks' bound was read first by the ranks, each failing its trial)."""
     command = [TINY, "--results", str(tmp_path / "results")] if run else ["env", "list"]
-    out = run_cli(*command, env={probe.TIMEOUT_ENV: "soon"}, timeout=120)
-    assert out.returncode == 2 and out.stderr == "error: SWEEP_CHECK_TIMEOUT_S: expected seconds from 1 to 86400, got 'soon'\n"
+    out = run_cli(*command, env={variable: "soon"}, timeout=120)
+    assert out.returncode == 2 and out.stderr == f"error: {variable}: expected seconds from 1 to 86400, got 'soon'\n"
     assert not (tmp_path / "results").exists()
 
 

@@ -67,7 +67,8 @@ def env_seconds(variable: str, default: float, most: float) -> float:
 
 
 def ddp_timeout_s() -> float:
-    return float(os.environ.get(DDP_TIMEOUT_ENV) or DDP_DEFAULT_TIMEOUT_S)
+    """How long a PyTorch rank waits for its peers (docs/pytorch.md); the driver refuses a bad value first (sweep/launch.py)."""
+    return env_seconds(DDP_TIMEOUT_ENV, DDP_DEFAULT_TIMEOUT_S, 86400)
 
 
 # Settings of one framework only, by framework: a trial of another framework neither uses nor shows them
