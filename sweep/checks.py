@@ -28,7 +28,6 @@ from typing import Any
 from sweep import limits
 from sweep.cluster import Node, infeasible
 from sweep.environments import Environment, made_by, made_environment, of, with_hint
-from sweep.errors import read_or_refuse
 from trainables import zoo
 from trainables.config import TrialConfig
 from trainables.failure import first_line
@@ -112,11 +111,6 @@ def run(nodes: list[Node], frameworks: list[str], envs: dict[str, Environment], 
         found[(node.node_id, fw)] = result if isinstance(result, FrameworkCheck) else FrameworkCheck.failed(
             node.node_id, fw, result, hostname=node.address)
     return [with_hint(found[(node.node_id, fw)], envs) for node, fw in targets]
-
-
-def refuse_bad_timeout() -> None:
-    """$SWEEP_CHECK_TIMEOUT_S, which every check's process reads, refused in one line before anything runs."""
-    read_or_refuse(step_timeout_s)
 
 
 def wait_s(kind: str) -> float:

@@ -32,7 +32,7 @@ from sweep.spec import Sweep
 from sweep.store import RunMeta, RunStore, Session
 from sweep.version import engine_version, git_commit
 from trainables.config import TrialConfig, ddp_timeout_s
-from trainables.probe import FrameworkCheck
+from trainables.probe import FrameworkCheck, step_timeout_s
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def prepare(args: argparse.Namespace) -> Launch:
         raise UsageError("--emulate-gpus applies to the embedded Ray only; a joined cluster brings its own GPUs")
     if (args.force or args.retry_failed) and not args.resume:
         raise UsageError("--force and --retry-failed go with --resume")
-    checks.refuse_bad_timeout()
+    read_or_refuse(step_timeout_s)  # every framework check's process reads it
     read_or_refuse(ddp_timeout_s)  # every PyTorch rank and its trial's coordinator read it
     if address:  # seconds; before the run's state and the data are looked at
         gcs.check_address(address, "--address" if args.address else "RAY_ADDRESS")

@@ -29,9 +29,8 @@ from importlib import metadata
 from pathlib import Path
 
 from sweep import environments
-from sweep.checks import refuse_bad_timeout
 from sweep.environments import MARKER, env_dir, env_python, made_marker
-from sweep.errors import UsageError
+from sweep.errors import UsageError, read_or_refuse
 from trainables.config import FRAMEWORKS
 from trainables.failure import first_line
 from trainables.probe import NO_ANSWER, TIMEOUT_ENV, FrameworkCheck, interpreter_problem, step_timeout_s
@@ -189,7 +188,7 @@ def table(checks: list[FrameworkCheck], where: dict[str, str]) -> str:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    refuse_bad_timeout()  # both commands run the framework check
+    read_or_refuse(step_timeout_s)  # both commands run the framework check
     if args.env_command == "create":
         return create(args.framework, args.gpu)
     return list_environments()
