@@ -251,6 +251,7 @@ def test_a_trial_counts_undecodable_images_and_its_output_layer_has_the_folders_
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # CI: the same set across two nodes, a rank on each, its broken file counted (test_pytorch_input.py)
 def test_pytorch_trials_on_1_and_2_gpus_learn_a_generated_image_folder_through_the_sweep(tmp_path: Path,
                                                                                          shared_ray: list[str]) -> None:
     from conftest import run_cli
