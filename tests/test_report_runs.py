@@ -2,8 +2,8 @@
 CSV), `report --against` naming the settings that differ and whether each ratio is within the runs' noise,
 and the notebook run the way docs/reports.md says. The expected figures are recomputed from the Parquet rows.
 
-The runs: tests/sweeps/report_precision.yaml (7 PyTorch trials, 2 of them on 2 GPUs), conftest's engine_runs (tiny_mxnet twice, shared
-with other tests) and one more tiny_mxnet run at another batch.
+The runs: tests/sweeps/report_precision.yaml (7 PyTorch trials, 2 of them on 2 GPUs), conftest's engine_runs
+(tiny_mxnet twice, shared with other tests) and one more tiny_mxnet run at another batch.
 """
 from __future__ import annotations
 
