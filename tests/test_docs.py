@@ -107,12 +107,17 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+PRINTED: dict[str, str] = {}  # run command -> what it printed (`ran`)
+
+
 @pytest.fixture(scope="module")
 def ran(workdir: Path) -> Path:
     """Every run command of the docs, once, in their order (the README's first run first)."""
     assert RUNS, "the docs show no run"
     for page, line in RUNS:
-        check(shell(workdir, line, timeout=1200), f"{page}: {line}")
+        out = shell(workdir, line, timeout=1200)
+        check(out, f"{page}: {line}")
+        PRINTED[line] = out.stdout
     return workdir
 
 
@@ -163,6 +168,18 @@ def test_the_first_run_wrote_what_the_readme_says(ran: Path) -> None:
     # A shipped study's smoke run, checked as benchmarks/study_smokes.py checks every one: each smoke trial one
     # completed summary row, every framework ran, sane rows, one parameter count per model across frameworks.
     assert problems("resnet50_lr_scaling", ran / "results") == []
+
+
+@pytest.mark.slow
+def test_the_first_run_printed_the_lines_the_readme_shows(ran: Path) -> None:
+    """The README's sample output: its first two lines word for word (no GPU here, as on the machine that printed
+    them), and its done line but for the run's folder."""
+    shown = next(m.group(2) for m in FENCE.finditer((ROOT / "README.md").read_text().split("## A first run", 1)[1])
+                 if m.group(1) == "text").splitlines()
+    printed = PRINTED["python -m sweep resnet50_lr_scaling"].splitlines()
+    assert printed[:2] == shown[:2], printed[:4]
+    done = next(line for line in shown if line.startswith("done: "))
+    assert any(line.startswith(done.split("; results in")[0] + "; results in ") for line in printed), printed[-4:]
 
 
 @pytest.mark.slow
