@@ -199,6 +199,10 @@ def test_gpu_yardsticks_refuses_without_a_gpu_in_one_line(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+# Heavy (issue 46: ~27 CPU-s): TensorFlow's side of a GPU session against tf_cnn_benchmarks, which the GPU machine lent
+# here cannot run (it has no TensorFlow). CI runs its figure's reader and its refusal (above), and
+# PyTorch's engine side, the one a lent GPU runs (test_gpu_torch_yardsticks_engine_side_on_emulated_devices).
+@pytest.mark.heavy
 def test_gpu_yardsticks_engine_side_on_emulated_devices(tmp_path: Path) -> None:
     """Our half of the grid through `python -m sweep` (real Ray, real Parquet), shrunk to run on a CPU."""
     import gpu_yardsticks

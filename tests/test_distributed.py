@@ -72,16 +72,31 @@ def test_framework_ports_are_drawn_outside_the_kernels_own_range() -> None:
     assert len(set(ports)) > 15
 
 
+# The modes of distributed.yaml, a set a case. CI trains the asynchronous ones (MXNet's dist_async, TensorFlow's
+# parameter servers), which no other test of CI trains across nodes; the synchronous ones are heavy (issue 46), as CI
+# trains each across the two nodes elsewhere: TensorFlow's replicated from TFRecord (test_tensorflow_input.py), MXNet's
+# dist_sync killed and retried and with a worker's framework error (below).
+ASYNC = {("mxnet", "dist_async"), ("tensorflow", "parameter_server")}
+SYNC = {("mxnet", "dist_sync"), ("tensorflow", "replicated")}
+
+
+def mode_of(entry: dict) -> tuple[str, str]:
+    return entry["framework"], entry.get("kvstore") or entry.get("variable_update")
+
+
 @pytest.mark.slow
-def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar: Path, tmp_path: Path) -> None:
-    # The sweep's trials, a run per framework: TensorFlow's workers end through Ray's own exit when their trial
-    # ended well, so the raylet prints no "A worker died or was killed ... OOM killer" line after them (MXNet's
-    # dist kvstore workers, blocked on their stopped servers, end hard: it does after theirs).
+@pytest.mark.parametrize("modes", [ASYNC, pytest.param(SYNC, marks=pytest.mark.heavy)], ids=["async", "sync"])
+def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar: Path, tmp_path: Path,
+                                                                  modes: set[tuple[str, str]]) -> None:
+    # The sweep's trials of these modes, a run per framework: TensorFlow's workers end through Ray's own exit when
+    # their trial ended well, so the raylet prints no "A worker died or was killed ... OOM killer" line after them
+    # (MXNet's dist kvstore workers, blocked on their stopped servers, end hard: it does after theirs).
     results = tmp_path / "results"
     sweep = yaml.safe_load((SWEEPS / "distributed.yaml").read_text())
+    assert {mode_of(e) for e in sweep["include"]} == ASYNC | SYNC  # every mode of the file is in one case
     summaries, all_epochs = [], []
     for framework in ("tensorflow", "mxnet"):
-        entries = [e for e in sweep["include"] if e["framework"] == framework]
+        entries = [e for e in sweep["include"] if e["framework"] == framework and mode_of(e) in modes]
         path = tmp_path / f"distributed_{framework}.yaml"
         path.write_text(yaml.safe_dump({**sweep, "name": path.stem, "include": entries}))
         out = run_cli(str(path), "--address", cluster.address, "--data-dir", str(cifar), "--results", str(results),
@@ -95,10 +110,9 @@ def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar
     summary = pd.concat(summaries).set_index("trial_id")
     epochs = pd.concat(all_epochs)
     assert set(summary.status) == {"completed"}
-    modes = {(r.framework, r.kvstore if r.framework == "mxnet" else r.variable_update) for r in summary.itertuples()}
-    assert modes == {("mxnet", "dist_sync"), ("mxnet", "dist_async"), ("tensorflow", "replicated"),
-                     ("tensorflow", "parameter_server")}
-    assert set(summary.model) == {"resnet8_cifar", "resnet8_cifar_v2"}
+    ran = {(r.framework, r.kvstore if r.framework == "mxnet" else r.variable_update) for r in summary.itertuples()}
+    assert ran == modes
+    assert set(summary.model) == {"resnet8_cifar", "resnet8_cifar_v2"}  # both model families in each case
     assert not epochs.duplicated(["trial_id", "epoch"]).any()
     for tid, rows in epochs.groupby("trial_id"):
         rows = rows.sort_values("epoch")

@@ -153,10 +153,13 @@ def test_env_list_names_the_command_where_mxnet_is_missing(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_a_sweep_runs_mxnet_in_its_environment_and_tensorflow_in_the_drivers(tmp_path: Path) -> None:
     """The sweep CI's second lane runs (tests/sweeps/stacks.yaml): every framework's trials, MXNet's in
-    the environment `env create mxnet` made, the others in the driver's Python; their rows say which."""
+    the environment `env create mxnet` made, the others (Keras on jax and torch among them) in the driver's Python;
+    their rows say which."""
     made = environments.made_environment("mxnet")
-    if made is None:
-        why = "no environment made by `python -m sweep env create mxnet` for this interpreter"
+    missing = [name for name in ("jax", "keras", "torch") if importlib.util.find_spec(name) is None]
+    if made is None or missing:
+        why = ("no environment made by `python -m sweep env create mxnet` for this interpreter" if made is None else
+               f"the driver's Python lacks {', '.join(missing)}: stacks.yaml runs keras on jax and torch in it")
         if os.environ.get("SWEEP_EXPECT_MADE_ENV"):
             pytest.fail(why)
         pytest.skip(why)
@@ -168,8 +171,11 @@ def test_a_sweep_runs_mxnet_in_its_environment_and_tensorflow_in_the_drivers(tmp
     frameworks = {r["framework"] for r in rows}
     from sweep import spec
 
-    swept = {t.framework for t in spec.load(str(ROOT / "tests" / "sweeps" / "stacks.yaml")).trials("full")}
+    planned = spec.load(str(ROOT / "tests" / "sweeps" / "stacks.yaml")).trials("full")
+    swept = {t.framework for t in planned}
     assert frameworks == swept and "mxnet" in frameworks and all(r["status"] == "completed" for r in rows)
+    assert sorted((r["keras_backend"], r["num_gpus"]) for r in rows if r["framework"] == "keras" and r["epoch"] == 0) \
+        == sorted((t.keras_backend, t.num_gpus) for t in planned if t.framework == "keras")
     for r in rows:
         if r["framework"] == "mxnet":
             assert (r["environment"], r["python_executable"]) == (made.describe(), made.value), r
@@ -178,6 +184,7 @@ def test_a_sweep_runs_mxnet_in_its_environment_and_tensorflow_in_the_drivers(tmp
             assert r["environment"] is None and r["python_executable"] == sys.executable, r
     checks = json.loads((run_dir / "run.json").read_text())["sessions"][0]["checks"]
     assert {c["framework"]: c["ok"] for c in checks} == dict.fromkeys(frameworks, True)
+    assert sorted(c["keras_backend"] for c in checks if c["framework"] == "keras") == ["jax", "torch"]
 
 
 def test_the_keras_environment_holds_jax_on_numpy_2_and_is_cpu_only(tmp_path: Path,
@@ -199,6 +206,9 @@ def test_the_keras_environment_holds_jax_on_numpy_2_and_is_cpu_only(tmp_path: Pa
 
 
 @pytest.mark.slow
+# Heavy (issue 46: ~60 CPU-s and a 1.2 GB install): CI's lane 2 makes MXNet's environment for real, twice, through the
+# same venvs.create; keras's own requirements and refusals are checked above.
+@pytest.mark.heavy
 def test_create_keras_makes_a_numpy_2_jax_environment_then_changes_nothing(tmp_path: Path) -> None:
     """A real `env create keras` (pip's cache makes it about 40 s; 1.2 GB), then a second that changes nothing."""
     create = ("import sys; from sweep import venvs; sys.exit(venvs.create('keras', False))")

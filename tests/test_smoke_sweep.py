@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 from conftest import run_cli_trials_at_once
 
-# An embedded Ray and four trials, two at a time (~30 s): the full suite's. The fast lane's engine-made runs are
-# conftest.py's engine_runs.
-pytestmark = pytest.mark.slow
+# An embedded Ray and four trials, two at a time (~35 CPU-s): heavy (issue 46). CI runs the whole smoke scale as the
+# README's first run (tests/test_docs.py: every trial completed, on emulated GPUs), the fallback to synthetic data
+# without CIFAR-10 (tests/test_report.py), and the GPUs of trials at once, never shared (tests/test_cluster.py).
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 @pytest.fixture(scope="module")
