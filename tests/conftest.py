@@ -112,13 +112,17 @@ LONGEST_FIRST = ("test_docs.py", "test_keras_sweep.py", "test_distributed.py", "
                  "test_pytorch_input.py", "test_newcomer.py", "test_failures.py", "test_report_runs.py")
 
 
+def reads_engine_runs(item: pytest.Item) -> bool:
+    return "engine_runs" in getattr(item, "fixturenames", ())
+
+
 @pytest.hookimpl(trylast=True)  # after -m's deselection: the order of what runs
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """LONGEST_FIRST; and last, the files whose selected tests are all fast and read engine_runs: those runs are made
     beside the other files' tests (pytest_collection_finish), so no worker waits for them with other files to run. In
     the fast lane beside two busy processes four workers waited 108-205 s for them, and the lane took 5 min 26 s."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    reads_runs = {item.path for item in items if "engine_runs" in getattr(item, "fixturenames", ())}
+    reads_runs = {item.path for item in items if reads_engine_runs(item)}
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: (item.path in reads_runs - slow, rank.get(item.path.name, len(rank))))  # stable
 
@@ -320,13 +324,16 @@ def _make_engine_runs(folder: Path) -> None:
     a `--address auto` of a test beside them, finds theirs."""
     results = folder / "results"
     apart = {"SWEEP_TEST_PROCESS": "engine-runs", "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray-runs-")}
-    # The timeouts only stop a run that hangs: each takes ~20 s on an idle machine, minutes on a loaded one.
-    first = run_cli(TINY, *SETS, "--emulate-gpus", "1", "--skip-infeasible", "--results", str(results),
-                    timeout=HANG_S, env=apart)
-    # A user who hides the GPUs (CUDA_VISIBLE_DEVICES="") gets emulated ones; Ray refuses fake GPUs
-    # while that variable names none, so the engine clears it for its embedded Ray.
-    second = run_cli(TINY, *SETS, "--results", str(results), timeout=HANG_S, env={**apart, "CUDA_VISIBLE_DEVICES": ""})
-    shutil.rmtree(apart["RAY_TMPDIR"], ignore_errors=True)
+    try:
+        # The timeouts only stop a run that hangs: each takes ~20 s on an idle machine, minutes on a loaded one.
+        first = run_cli(TINY, *SETS, "--emulate-gpus", "1", "--skip-infeasible", "--results", str(results),
+                        timeout=HANG_S, env=apart)
+        # A user who hides the GPUs (CUDA_VISIBLE_DEVICES="") gets emulated ones; Ray refuses fake GPUs
+        # while that variable names none, so the engine clears it for its embedded Ray.
+        second = run_cli(TINY, *SETS, "--results", str(results), timeout=HANG_S,
+                         env={**apart, "CUDA_VISIBLE_DEVICES": ""})
+    finally:  # a hung run's timeout too
+        shutil.rmtree(apart["RAY_TMPDIR"], ignore_errors=True)
     assert first.returncode == 1 and second.returncode == 0, second.stdout[-3000:] + second.stderr[-2000:]
     (folder / "outputs.json").write_text(json.dumps([[p.args, p.returncode, p.stdout, p.stderr]
                                                      for p in (first, second)]))
@@ -337,8 +344,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     worker to take made_once's lock: a worker whose test asks for them waits only for what is left of them. Made on
     the first ask instead, they kept three of the fast lane's four workers waiting up to three minutes beside two
     busy processes, each with tests of its own to run (issue 46)."""
-    if session.config.option.collectonly or not any("engine_runs" in getattr(item, "fixturenames", ())
-                                                    for item in session.items):
+    if session.config.option.collectonly or not any(map(reads_engine_runs, session.items)):
         return
     threading.Thread(target=made_once, args=(session.config, "engine-runs", _make_engine_runs),
                      name="engine-runs").start()  # not a daemon: a worker that ends first waits for it

@@ -80,8 +80,13 @@ ASYNC = {("mxnet", "dist_async"), ("tensorflow", "parameter_server")}
 SYNC = {("mxnet", "dist_sync"), ("tensorflow", "replicated")}
 
 
-def mode_of(entry: dict) -> tuple[str, str]:
-    return entry["framework"], entry.get("kvstore") or entry.get("variable_update")
+def mode_of(framework: str, kvstore: str | None, variable_update: str | None) -> tuple[str, str]:
+    """A trial's mode across nodes: MXNet's kvstore, TensorFlow's variable update."""
+    return framework, kvstore if framework == "mxnet" else variable_update
+
+
+def entry_mode(entry: dict) -> tuple[str, str]:
+    return mode_of(entry["framework"], entry.get("kvstore"), entry.get("variable_update"))
 
 
 @pytest.mark.slow
@@ -93,10 +98,10 @@ def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar
     # (MXNet's dist kvstore workers, blocked on their stopped servers, end hard: it does after theirs).
     results = tmp_path / "results"
     sweep = yaml.safe_load((SWEEPS / "distributed.yaml").read_text())
-    assert {mode_of(e) for e in sweep["include"]} == ASYNC | SYNC  # every mode of the file is in one case
+    assert {entry_mode(e) for e in sweep["include"]} == ASYNC | SYNC  # every mode of the file is in one case
     summaries, all_epochs = [], []
     for framework in ("tensorflow", "mxnet"):
-        entries = [e for e in sweep["include"] if e["framework"] == framework and mode_of(e) in modes]
+        entries = [e for e in sweep["include"] if e["framework"] == framework and entry_mode(e) in modes]
         path = tmp_path / f"distributed_{framework}.yaml"
         path.write_text(yaml.safe_dump({**sweep, "name": path.stem, "include": entries}))
         out = run_cli(str(path), "--address", cluster.address, "--data-dir", str(cifar), "--results", str(results),
@@ -110,8 +115,7 @@ def test_two_node_trials_train_in_every_mode_and_leave_no_process(cluster, cifar
     summary = pd.concat(summaries).set_index("trial_id")
     epochs = pd.concat(all_epochs)
     assert set(summary.status) == {"completed"}
-    ran = {(r.framework, r.kvstore if r.framework == "mxnet" else r.variable_update) for r in summary.itertuples()}
-    assert ran == modes
+    assert {mode_of(r.framework, r.kvstore, r.variable_update) for r in summary.itertuples()} == modes
     assert set(summary.model) == {"resnet8_cifar", "resnet8_cifar_v2"}  # both model families in each case
     assert not epochs.duplicated(["trial_id", "epoch"]).any()
     for tid, rows in epochs.groupby("trial_id"):
